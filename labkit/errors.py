@@ -1,0 +1,42 @@
+"""One error type for bad input, so the API, the CLI and the widgets can all show it.
+
+Every check names the field and what is allowed: a learner who types ``--zero 4``
+should read ``zero_stage must be one of 0, 1, 2, 3 (got 4)``, not a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class LabkitError(ValueError):
+    """Bad input to labkit: the message names the field and the allowed values."""
+
+
+def require_choice(field: str, value: Any, allowed: Iterable[Any]) -> Any:
+    """Return ``value`` if it is one of ``allowed``, else raise naming the field."""
+    options = list(allowed)
+    if value not in options:
+        shown = ", ".join(str(o) for o in options)
+        raise LabkitError(f"{field} must be one of {shown} (got {value!r})")
+    return value
+
+
+def require_positive(field: str, value: Any, *, integer: bool = True) -> Any:
+    """Return ``value`` if it is a positive number (an int when ``integer``)."""
+    kind = "integer" if integer else "number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or not value > 0:
+        raise LabkitError(f"{field} must be a positive {kind} (got {value!r})")
+    return value
+
+
+def require_divides(field: str, value: int, other_field: str, other: int) -> None:
+    """Raise unless ``value`` divides ``other`` (e.g. tp must divide heads)."""
+    if other % value != 0:
+        divisors = [d for d in range(1, other + 1) if other % d == 0]
+        shown = ", ".join(str(d) for d in divisors)
+        raise LabkitError(
+            f"{field} must divide {other_field}={other}: allowed {shown} (got {value})"
+        )

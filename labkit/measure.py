@@ -1,0 +1,256 @@
+"""What a real training step holds: bytes by category, tensor by tensor, and its FLOPs.
+
+Everything here is read off a real step of a real model:
+
+* parameters, gradients and optimizer states are summed over distinct storages
+  (tied weights and views counted once);
+* activations are the tensors autograd saves for backward, seen through
+  ``torch.autograd.graph.saved_tensors_hooks``; each storage is counted once and
+  attributed to the module that saved it first (parameters, buffers and the batch
+  itself are left out);
+* the memory of each phase of the step (before and after forward, peak of
+  backward, after backward) comes from torch's own ``MemTracker``, which also sees
+  temporaries;
+* FLOPs come from torch's ``FlopCounterMode``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from labkit.train import Trainer
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One storage autograd kept: who saved it, its shape and its bytes."""
+
+    module: str  # qualified module name, e.g. "h.0.attn.core.softmax"
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+    @property
+    def layer(self) -> int | None:
+        """Index of the transformer layer that saved it, or None outside the layers."""
+        parts = self.module.split(".")
+        return int(parts[1]) if len(parts) > 1 and parts[0] == "h" else None
+
+    @property
+    def role(self) -> str:
+        """The module path inside its layer ("attn.core.softmax"), or the module name."""
+        return self.module.split(".", 2)[2] if self.layer is not None else self.module
+
+
+@dataclass
+class StepMemory:
+    """Bytes a training step holds, by category (all measured, in bytes)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    optimizer_bookkeeping: int  # Adam's step counters: one scalar per parameter tensor
+    saved: list[SavedTensor] = field(default_factory=list)
+    batch: int = 0  # the input ids and targets autograd keeps
+
+    @property
+    def activations(self) -> int:
+        return sum(t.nbytes for t in self.saved)
+
+    @property
+    def n_layers(self) -> int:
+        layers = [t.layer for t in self.saved if t.layer is not None]
+        return max(layers) + 1 if layers else 0
+
+    def activations_per_layer(self) -> list[int]:
+        out = [0] * self.n_layers
+        for t in self.saved:
+            if t.layer is not None:
+                out[t.layer] += t.nbytes
+        return out
+
+    def by_role(self, layer: int = 0) -> dict[str, int]:
+        """Saved bytes of one layer grouped by the module that saved them."""
+        out: dict[str, int] = defaultdict(int)
+        for t in self.saved:
+            if t.layer == layer:
+                out[t.role] += t.nbytes
+        return dict(out)
+
+    def outside_layers(self) -> dict[str, int]:
+        """Saved bytes of the embedding and the head (everything not in a layer)."""
+        out: dict[str, int] = defaultdict(int)
+        for t in self.saved:
+            if t.layer is None:
+                out[t.module] += t.nbytes
+        return dict(out)
+
+    @property
+    def model_states(self) -> int:
+        return self.parameters + self.gradients + self.optimizer
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _unique_bytes(tensors) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is not None and t.numel():
+            seen[_storage_key(t)] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+class SavedTensorRecorder:
+    """Context manager recording every tensor autograd saves during a forward pass.
+
+    Module pre/post hooks keep a stack of module names, so each saved storage is
+    attributed to the innermost module running when it was saved.
+    """
+
+    def __init__(self, model: nn.Module, exclude: tuple[torch.Tensor, ...] = ()) -> None:
+        self.model = model
+        self.names = {m: n for n, m in model.named_modules()}
+        self.skip = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
+        self.inputs = {_storage_key(t): t.untyped_storage().nbytes() for t in exclude}
+        self.stack: list[str] = []
+        self.records: dict[int, SavedTensor] = {}
+        self.batch_seen: set[int] = set()
+        self._handles: list = []
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(t)
+        if key in self.inputs:
+            self.batch_seen.add(key)
+        elif key not in self.skip and key not in self.records and t.numel():
+            module = self.stack[-1] if self.stack else ""
+            nbytes = t.untyped_storage().nbytes()
+            self.records[key] = SavedTensor(module, tuple(t.shape), str(t.dtype).replace("torch.", ""), nbytes)
+        return t
+
+    def _leave(self, module: nn.Module, args, output) -> None:
+        self.stack.pop()
+
+    def __enter__(self) -> SavedTensorRecorder:
+        for m, name in self.names.items():
+            self._handles.append(m.register_forward_pre_hook(lambda mod, args, n=name: self.stack.append(n)))
+            self._handles.append(m.register_forward_hook(self._leave))
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    @property
+    def saved(self) -> list[SavedTensor]:
+        return list(self.records.values())
+
+    @property
+    def batch_bytes(self) -> int:
+        return sum(self.inputs[k] for k in self.batch_seen)
+
+
+def _optimizer_bytes(optimizer) -> tuple[int, int]:
+    """(per-parameter state bytes, bookkeeping bytes) of an optimizer."""
+    if hasattr(optimizer, "state_tensors"):
+        states = optimizer.state_tensors()
+        scalars = [t for s in optimizer.state.values() for t in s.values() if not t.dim()]
+    else:
+        tensors = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+        states = [t for t in tensors if t.dim()]
+        scalars = [t for t in tensors if not t.dim()]
+    return _unique_bytes(states), sum(t.untyped_storage().nbytes() for t in scalars)
+
+
+def measure_step(trainer: Trainer, step: int | None = None) -> StepMemory:
+    """Run one real training step and return what it held.
+
+    Activations are those saved by the forward pass of this step; gradients are
+    read after backward; optimizer states after the optimizer step (the first step
+    creates them). The trainer's state advances exactly as ``trainer.step`` would.
+    """
+    i = trainer.steps_done if step is None else step
+    model, opt = trainer.model, trainer.optimizer
+    model.train()
+    x, y = trainer.data(i)
+    with SavedTensorRecorder(model, exclude=(x, y)) as rec:
+        _, loss = model(x, y)
+    loss.backward()
+    grads = _unique_bytes(p.grad for p in model.parameters())
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    trainer.steps_done = i + 1
+    states, bookkeeping = _optimizer_bytes(opt)
+    return StepMemory(
+        parameters=_unique_bytes(model.parameters()),
+        gradients=grads,
+        optimizer=states,
+        optimizer_bookkeeping=bookkeeping,
+        saved=rec.saved,
+        batch=rec.batch_bytes,
+    )
+
+
+PHASES = ("before forward", "after forward", "peak backward", "after backward")
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+
+
+def phase_memory(trainer: Trainer, step: int | None = None) -> dict[str, dict[str, int]]:
+    """Memory by category at each phase of one real step, from torch's ``MemTracker``.
+
+    Run it after at least one step, so the optimizer states already exist.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefType
+
+    i = trainer.steps_done if step is None else step
+    inner = getattr(trainer.optimizer, "inner", trainer.optimizer)
+    mt = MemTracker()
+    mt.track_external(trainer.model, inner)
+    with mt:
+        trainer.step(i)
+    snaps = mt.memory_tracking[trainer.model].snapshots
+    kinds = {
+        "parameters": _MemRefType.PARAM, "gradients": _MemRefType.GRAD, "optimizer": _MemRefType.OPT,
+        "activations": _MemRefType.ACT, "temporaries": _MemRefType.TEMP,
+    }
+    states = dict(zip(PHASES, (_ModState.PRE_FW, _ModState.POST_FW, _ModState.PEAK_BW, _ModState.POST_BW)))
+    out: dict[str, dict[str, int]] = {}
+    for phase, state in states.items():
+        snap = next(iter(snaps[state][-1].values()))
+        row = {c: int(snap[k]) for c, k in kinds.items()}
+        row["other"] = int(snap["Total"]) - sum(row.values())
+        out[phase] = row
+    return out
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """Floating-point operations of one step, counted by ``FlopCounterMode``."""
+
+    forward: int
+    backward: int
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward
+
+
+def measure_flops(trainer: Trainer, step: int = 0) -> StepFlops:
+    """FLOPs of the forward and backward pass on batch ``step`` (no optimizer step)."""
+    x, y = trainer.data(step)
+    with FlopCounterMode(display=False) as fwd:
+        _, loss = trainer.model(x, y)
+    with FlopCounterMode(display=False) as bwd:
+        loss.backward()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    return StepFlops(fwd.get_total_flops(), bwd.get_total_flops())
