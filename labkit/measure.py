@@ -208,7 +208,10 @@ CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporarie
 def phase_memory(trainer: Trainer, step: int | None = None) -> dict[str, dict[str, int]]:
     """Memory by category at each phase of one real step, from torch's ``MemTracker``.
 
-    Run it after at least one step, so the optimizer states already exist.
+    Run it after at least one step, so the optimizer states already exist. MemTracker
+    files every tensor alive before the step that is not model state (the corpus, the
+    batch) as an activation; those are moved to ``other`` here. Use it on fp32 runs:
+    it does not know that the master weights of ``MasterWeightAdamW`` are optimizer state.
     """
     from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefType
 
@@ -225,9 +228,12 @@ def phase_memory(trainer: Trainer, step: int | None = None) -> dict[str, dict[st
     }
     states = dict(zip(PHASES, (_ModState.PRE_FW, _ModState.POST_FW, _ModState.PEAK_BW, _ModState.POST_BW)))
     out: dict[str, dict[str, int]] = {}
+    baseline = None  # tensors alive before the step (the corpus, say) are "other", not activations
     for phase, state in states.items():
         snap = next(iter(snaps[state][-1].values()))
         row = {c: int(snap[k]) for c, k in kinds.items()}
+        baseline = row["activations"] if baseline is None else baseline
+        row["activations"] -= baseline
         row["other"] = int(snap["Total"]) - sum(row.values())
         out[phase] = row
     return out

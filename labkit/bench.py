@@ -1,0 +1,179 @@
+"""Performance figures of the lab: printed, never asserted (``labkit bench``).
+
+Wall-clock times differ from machine to machine, so the targets live here, beside
+the figures, and the tests never check them:
+
+* a measured step (``labkit.measure.measure_step``) costs at most 2x a plain step;
+* the analytic model (``labkit.estimate``) predicts the model states of a real
+  micro-run exactly and its per-layer activations within a few per cent;
+* each notebook in ``labs/`` runs headless in under 120 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.data import vocab_size
+from labkit.estimate import TrainingSetup, estimate_memory
+from labkit.measure import measure_step
+from labkit.model import GPTConfig
+from labkit.shapes import ModelShape
+from labkit.train import TrainConfig, Trainer
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+STATES = ("parameters", "gradients", "optimizer")
+NOTEBOOK_TARGET_S = 120.0
+
+
+@dataclass(frozen=True)
+class MicroConfig:
+    """One tiny training run: small enough that ten of them take a few seconds."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    batch: int
+    precision: str = "fp32"
+    attention: str = "explicit"
+
+    def gpt_config(self) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size(), seq_len=self.seq, n_layer=self.layers, n_head=self.heads,
+                         d_model=self.hidden, attention=self.attention)  # fmt: skip
+
+    def label(self) -> str:
+        return (f"L{self.layers} h{self.hidden} a{self.heads} s{self.seq} b{self.batch} "
+                f"{self.precision} {self.attention}")  # fmt: skip
+
+
+MICRO_CONFIGS: tuple[MicroConfig, ...] = (
+    MicroConfig(1, 32, 2, 16, 2, "fp32", "explicit"),
+    MicroConfig(2, 64, 4, 32, 4, "bf16-mixed", "explicit"),
+    MicroConfig(2, 48, 3, 24, 3, "fp32", "fused"),
+    MicroConfig(3, 96, 4, 48, 2, "bf16-mixed", "fused"),
+    MicroConfig(1, 64, 2, 48, 6, "fp32", "explicit"),
+    MicroConfig(3, 32, 4, 16, 5, "bf16-mixed", "explicit"),
+    MicroConfig(2, 96, 3, 32, 2, "fp32", "fused"),
+    MicroConfig(1, 48, 4, 40, 4, "bf16-mixed", "fused"),
+    MicroConfig(2, 80, 4, 20, 3, "fp32", "explicit"),
+    MicroConfig(3, 64, 2, 36, 2, "bf16-mixed", "explicit"),
+)
+
+
+def _rel(measured: float, predicted: float) -> float:
+    return abs(measured - predicted) / predicted if predicted else float(measured != 0)
+
+
+def measured_vs_predicted(configs: tuple[MicroConfig, ...] | list[MicroConfig] = MICRO_CONFIGS) -> list[dict]:
+    """One real step per config beside the analytic estimate.
+
+    Each row has ``config`` (a label), ``measured`` and ``predicted`` bytes and
+    ``error`` (relative, 0.01 = 1%) for parameters, gradients, optimizer and
+    ``activations_per_layer`` (layer 0).
+    """
+    rows = []
+    for c in configs:
+        cfg = c.gpt_config()
+        m = measure_step(Trainer(TrainConfig(model=cfg, batch_size=c.batch, precision=c.precision)))
+        setup = TrainingSetup(ModelShape.from_config(cfg), micro_batch=c.batch, seq=c.seq,
+                              precision=c.precision, attention=c.attention)  # fmt: skip
+        est = estimate_memory(setup)
+        measured = {k: getattr(m, k) for k in STATES} | {
+            "activations_per_layer": m.activations_per_layer()[0]
+        }
+        predicted = {k: est.per_device_bytes[k] for k in STATES}
+        predicted["activations_per_layer"] = est.activations_per_layer_bytes
+        error = {k: _rel(measured[k], predicted[k]) for k in measured}
+        rows.append({"config": c.label(), "measured": measured, "predicted": predicted, "error": error})
+    return rows
+
+
+def step_overhead(steps: int = 30) -> tuple[float, float]:
+    """Seconds per plain ``trainer.step()`` and per ``measure_step(trainer)`` (default tiny model)."""
+    trainer = Trainer(TrainConfig())
+    for _ in range(3):
+        trainer.step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        trainer.step()
+    t1 = time.perf_counter()
+    for _ in range(steps):
+        measure_step(trainer)
+    t2 = time.perf_counter()
+    return (t1 - t0) / steps, (t2 - t1) / steps
+
+
+def time_notebooks(labs: Path = LABS) -> list[tuple[str, float]]:
+    """Seconds to execute each ``labs/*.ipynb`` headless, in a temporary copy of ``labs/``."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="labkit-bench-") as tmp:
+        copy = Path(tmp) / "labs"
+        shutil.copytree(labs, copy)
+        for path in sorted(copy.glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=4)
+            client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                                    resources={"metadata": {"path": str(copy)}})  # fmt: skip
+            t0 = time.perf_counter()
+            client.execute()
+            out.append((path.name, time.perf_counter() - t0))
+    return out
+
+
+def _print_overhead(steps: int) -> None:
+    plain, measured = step_overhead(steps)
+    print(f"Measured step overhead ({steps} steps each, default tiny model)")
+    print(f"  plain step     {plain * 1e3:8.2f} ms")
+    print(f"  measure_step   {measured * 1e3:8.2f} ms")
+    print(f"  ratio          {measured / plain:8.2f}x  (target: at most 2x)")
+
+
+def _print_errors(configs: tuple[MicroConfig, ...]) -> None:
+    t0 = time.perf_counter()
+    rows = measured_vs_predicted(configs)
+    print(f"\nMeasured vs predicted, {len(rows)} micro configurations ({time.perf_counter() - t0:.1f} s)")
+    width = max(len(r["config"]) for r in rows)
+    print(f"  {'config':<{width}}  {'states B':>9} {'predicted':>9} {'err %':>6}"
+          f"  {'act/layer B':>11} {'predicted':>10} {'err %':>6}")  # fmt: skip
+    for r in rows:
+        m, p, e = r["measured"], r["predicted"], r["error"]
+        states_m, states_p = sum(m[k] for k in STATES), sum(p[k] for k in STATES)
+        states_e = max(e[k] for k in STATES)
+        print(f"  {r['config']:<{width}}  {states_m:>9} {states_p:>9.0f} {100 * states_e:>6.2f}"
+              f"  {m['activations_per_layer']:>11} {p['activations_per_layer']:>10.0f}"
+              f" {100 * e['activations_per_layer']:>6.2f}")  # fmt: skip
+    worst_states = max(r["error"][k] for r in rows for k in STATES)
+    worst_act = max(rows, key=lambda r: r["error"]["activations_per_layer"])
+    print(f"  largest model-state error: {100 * worst_states:.2f}% (target: 0)")
+    print(f"  largest activation error:  {100 * worst_act['error']['activations_per_layer']:.2f}% "
+          f"({worst_act['config']}; target: under 2%)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="labkit bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless")
+    parser.add_argument("--quick", action="store_true", help="fewer steps and configurations")
+    args = parser.parse_args(argv)
+    _print_overhead(10 if args.quick else 30)
+    _print_errors(MICRO_CONFIGS[:4] if args.quick else MICRO_CONFIGS)
+    if args.notebooks:
+        notebooks = sorted(LABS.glob("*.ipynb"))
+        if not notebooks:
+            print(f"\nNo notebooks in {LABS} to time.")
+        else:
+            print(f"\nNotebooks, executed headless (target: under {NOTEBOOK_TARGET_S:.0f} s each)")
+            for name, seconds in time_notebooks():
+                mark = "" if seconds < NOTEBOOK_TARGET_S else "  over target"
+                print(f"  {name:<40} {seconds:7.1f} s{mark}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""Figures the notebooks share: stacked memory bars, loss curves, failure rates.
+
+Each function returns a matplotlib ``Figure`` and never calls ``plt.show``; the
+notebook (or the widget panel) decides where it goes. Bytes are drawn in GB
+(1e9 bytes), and the axis says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+CATEGORY_COLORS = {
+    "parameters": "#4C72B0",
+    "gradients": "#55A868",
+    "optimizer": "#C44E52",
+    "activations": "#DD8452",
+    "temporaries": "#8172B3",
+    "other": "#937860",
+}
+STACK = ("parameters", "gradients", "optimizer", "activations")
+
+
+def memory_bars(
+    bars: Mapping[str, Mapping[str, float]],
+    capacity_bytes: float | None = None,
+    capacity_label: str = "device memory",
+    unit: float = 1e9,
+    unit_name: str = "GB",
+    title: str = "Memory per device",
+) -> Figure:
+    """One stacked bar per entry of ``bars`` ({label: {category: bytes}}), with a capacity line."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(bars) + 2), 3.6))
+    labels = list(bars)
+    bottoms = [0.0] * len(labels)
+    categories = [c for c in CATEGORY_COLORS if any(c in b for b in bars.values())]
+    for cat in categories:
+        heights = [bars[label].get(cat, 0.0) / unit for label in labels]
+        ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[cat], label=cat)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    if capacity_bytes is not None:
+        ax.axhline(capacity_bytes / unit, color="black", linestyle="--", linewidth=1)
+        ax.text(len(labels) - 0.5, capacity_bytes / unit, f" {capacity_label}", va="bottom", ha="right")
+    ax.set_ylabel(f"{unit_name} ({'1e9' if unit == 1e9 else int(unit)} bytes)" if unit_name == "GB" else unit_name)
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def loss_curve(curves: Mapping[str, Sequence[float]], title: str = "Training loss (measured)") -> Figure:
+    """Loss against step for one or more measured runs."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for label, losses in curves.items():
+        ax.plot(range(1, len(losses) + 1), losses, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title(title)
+    if len(curves) > 1:
+        ax.legend(frameon=False)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def measured_vs_predicted(rows: Mapping[str, tuple[float, float]], unit: float = 1e3,
+                          unit_name: str = "KB (1e3 bytes)", title: str = "Layer 0, tensor by tensor") -> Figure:
+    """Paired horizontal bars: measured beside predicted for each named term."""
+    fig, ax = plt.subplots(figsize=(6.0, 0.32 * len(rows) + 1.2))
+    names = list(rows)
+    ys = range(len(names))
+    ax.barh([y + 0.2 for y in ys], [rows[n][0] / unit for n in names], height=0.4, label="measured")
+    ax.barh([y - 0.2 for y in ys], [rows[n][1] / unit for n in names], height=0.4, label="predicted")
+    ax.set_yticks(list(ys), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit_name)
+    ax.set_title(title)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def failures_per_day(gpu_counts: Sequence[int], rates: Mapping[str, Sequence[float]]) -> Figure:
+    """Expected failures per day against GPU count, one line per published trace (log-log)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for label, ys in rates.items():
+        ax.loglog(gpu_counts, ys, marker="o", label=label)
+    ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("GPUs in the job")
+    ax.set_ylabel("expected failures per day")
+    ax.set_title("A failure a day, somewhere")
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

@@ -1,0 +1,143 @@
+"""The command line: estimates as JSON and tables, one-line errors, the bench's rows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.cli import main
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_params_alone_gives_zero_stage_1_model_states(capsys):
+    out = run_json(capsys, "estimate", "--params", "7500000000", "--dp", "64", "--zero", "1")
+    assert out["per_device_bytes"]["total"] == pytest.approx(31.40625e9, rel=1e-4)
+    assert out["per_device_bytes"]["activations"] == 0
+    assert out["activations_per_layer_bytes"] is None
+    assert out["params"] == 7_500_000_000
+
+
+def test_gpt3_activations_per_layer_match_korthikanti(capsys):
+    out = run_json(capsys, "estimate", "--model", "gpt3-175b", "--micro-batch", "1", "--seq", "2048")
+    s, h, a = 2048, 12288, 96
+    assert out["activations_per_layer_bytes"] == s * h * (34 + 5 * a * s / h)
+    assert out["model"] == "gpt3-175b"
+    assert out["setup"]["seq"] == 2048 and out["setup"]["micro_batch"] == 1
+    per = out["per_device_bytes"]
+    assert per["total"] == pytest.approx(
+        sum(per[k] for k in ("parameters", "gradients", "optimizer", "activations"))
+    )
+
+
+def test_custom_shape_flags(capsys):
+    argv = ["estimate", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "32", "--vocab", "100"]
+    out = run_json(capsys, *argv, "--precision", "fp32")
+    h, v, s = 64, 100, 32
+    params_per_layer = 12 * h * h + 13 * h
+    assert out["model"] == "custom"
+    assert out["params"] == 2 * params_per_layer + v * h + s * h + 2 * h
+    assert out["per_device_bytes"]["parameters"] == 4 * out["params"]
+    assert out["setup"]["shape"]["hidden"] == 64
+
+
+def test_llama2_7b_does_not_fit_a_24gb_card(capsys):
+    out = run_json(
+        capsys, "estimate", "--model", "llama2-7b", "--precision", "bf16-mixed", "--gpu", "rtx4090"
+    )
+    assert out["gpu"] == "RTX-4090"
+    assert out["fits"] is False
+    assert out["device_bytes"] == 24_000_000_000
+    assert out["headroom_bytes"] == pytest.approx(out["device_bytes"] - out["per_device_bytes"]["total"])
+
+
+def test_human_output_is_a_table_in_gb(capsys):
+    assert main(["estimate", "--model", "gpt3-175b", "--gpu", "h100"]) == 0
+    text = capsys.readouterr().out
+    assert "GB = 1e9 bytes" in text
+    assert "174.6 B parameters" in text
+    assert "does not fit on H100-SXM (80.0 GB)" in text
+    for category in ("parameters", "gradients", "optimizer", "activations", "total"):
+        assert category in text
+    assert "% of the total" in text
+
+
+def test_human_output_says_when_it_fits(capsys):
+    assert main(["estimate", "--model", "gpt2", "--gpu", "H200"]) == 0
+    assert "fits on H200 (141.0 GB): yes" in capsys.readouterr().out
+
+
+BAD = [
+    (["--params", "10", "--zero", "4"], "zero_stage must be one of 0, 1, 2, 3"),
+    (["--model", "gpt2", "--zero", "4"], "zero_stage must be one of 0, 1, 2, 3"),
+    (["--model", "gpt2", "--dp", "0"], "dp must be a positive integer"),
+    (["--model", "gpt2", "--dp", "-1"], "dp must be a positive integer"),
+    (["--model", "gpt2", "--dp", "x"], "dp must be a positive integer (got 'x')"),
+    (
+        ["--layers", "2", "--hidden", "64", "--heads", "3", "--seq", "8", "--vocab", "10"],
+        "heads must divide hidden",
+    ),
+    (["--model", "gpt2", "--tp", "5"], "tp must divide heads"),
+    (["--model", "gpt2", "--gpu", "nosuchgpu"], "gpu must be one of"),
+    (["--model", "nosuchmodel"], "model must be one of"),
+    (["--model", "gpt2", "--recompute", "bogus"], "recompute must be one of none, selective, full"),
+    (["--model", "gpt2", "--precision", "bogus"], "precision must be one of"),
+    (["--model", "gpt2", "--micro-batch", "0"], "micro_batch must be a positive integer"),
+    (["--layers", "2", "--hidden", "64"], "--heads"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    assert main(["estimate", *argv]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("labkit: error: ")
+    assert message in lines[0]
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_unknown_gpu_and_model_list_the_choices(capsys):
+    main(["estimate", "--model", "gpt2", "--gpu", "nosuchgpu"])
+    assert "H100-SXM" in capsys.readouterr().err
+    main(["estimate", "--model", "nosuchmodel"])
+    assert "gpt3-175b" in capsys.readouterr().err
+
+
+def test_hardware_lists_the_catalogue(capsys):
+    assert main(["hardware"]) == 0
+    text = capsys.readouterr().out
+    assert "H100" in text and "NVMe" in text and "nvlink4" in text
+    out = run_json(capsys, "hardware")
+    assert any(g["name"] == "H100-SXM" for g in out["gpus"])
+
+
+def test_installed_entry_point_fails_cleanly():
+    exe = Path(sys.executable).parent / "labkit"
+    path = str(exe) if exe.exists() else shutil.which("labkit")
+    assert path, "the labkit entry point is not installed (pip install -e .)"
+    proc = subprocess.run([path, "estimate", "--zero", "4", "--params", "10"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["labkit: error: zero_stage must be one of 0, 1, 2, 3 (got 4)"]
+
+
+def test_bench_rows_match_the_estimate():
+    from labkit.bench import MICRO_CONFIGS, measured_vs_predicted
+
+    rows = measured_vs_predicted(MICRO_CONFIGS[:2])
+    assert len(rows) == 2
+    for row in rows:
+        for key in ("parameters", "gradients", "optimizer"):
+            assert row["error"][key] == 0, (row["config"], key)
+        assert row["error"]["activations_per_layer"] < 0.02, row

@@ -1,0 +1,91 @@
+"""Measured beside predicted: real steps of the tiny GPT against labkit.estimate."""
+
+import pytest
+import torch
+
+from labkit.bench import MICRO_CONFIGS, MicroConfig
+from labkit.compare import layer_comparison, memory_comparison, setup_for
+from labkit.estimate import training_flops
+from labkit.measure import SavedTensorRecorder, measure_flops, measure_step, phase_memory
+from labkit.model import GPTConfig, TinyGPT
+from labkit.shapes import ModelShape
+from labkit.train import TrainConfig, Trainer
+
+assert len(MICRO_CONFIGS) >= 10
+assert {c.precision for c in MICRO_CONFIGS} >= {"fp32", "bf16-mixed"}
+
+
+def _run(c: MicroConfig, mask: str = "bool"):
+    cfg = GPTConfig(vocab_size=35, seq_len=c.seq, n_layer=c.layers, n_head=c.heads, d_model=c.hidden,
+                    attention=c.attention, mask=mask)
+    step = measure_step(Trainer(TrainConfig(model=cfg, batch_size=c.batch, precision=c.precision)))
+    mask_bytes = 1 if mask == "bool" else (4 if c.precision == "fp32" else 2)
+    return step, setup_for(ModelShape.from_config(cfg), c.batch, c.precision, c.attention, mask_bytes)
+
+
+@pytest.mark.parametrize("c", MICRO_CONFIGS, ids=lambda c: c.label())
+def test_model_states_exact_and_activations_within_2_percent(c):
+    step, setup = _run(c)
+    comp = memory_comparison(step, setup)
+    states = {r.name: r for r in comp.rows}
+    for name in ("parameters", "gradients", "optimizer states"):
+        assert states[name].measured == states[name].predicted, name
+    from labkit.estimate import estimate_memory
+
+    per_layer = estimate_memory(setup).activations_per_layer_bytes
+    for measured in step.activations_per_layer():
+        assert abs(measured - per_layer) / per_layer < 0.02
+    assert comp.worst_error < 0.02
+
+
+@pytest.mark.parametrize("c", [c for c in MICRO_CONFIGS if c.attention == "explicit"][:3], ids=lambda c: c.label())
+def test_every_korthikanti_term_matches_its_module_exactly(c):
+    step, setup = _run(c)
+    for row in layer_comparison(step, setup).rows:
+        if row.name.startswith("ln_"):  # the input exactly, plus a mean and rstd per row
+            stats = 2 * c.seq * c.batch * (4 if c.precision == "fp32" else 2)
+            assert row.measured == row.predicted + stats
+        else:
+            assert row.measured == row.predicted, row.name
+
+
+def test_float_masks_cost_full_width():
+    c = MICRO_CONFIGS[0]
+    step, setup = _run(c, mask="float")
+    assert setup.mask_bytes == 4
+    assert memory_comparison(step, setup).worst_error < 0.02
+
+
+def test_mixed_precision_holds_16_bytes_per_parameter():
+    c = MicroConfig(2, 64, 4, 32, 4, "bf16-mixed")
+    step, setup = _run(c)
+    assert step.model_states == 16 * setup.shape.params
+
+
+def test_flops_counted_equal_narayanan_formula():
+    cfg = GPTConfig(vocab_size=35, seq_len=24, n_layer=2, n_head=4, d_model=32)
+    trainer = Trainer(TrainConfig(model=cfg, batch_size=3))
+    assert measure_flops(trainer).total == training_flops(ModelShape.from_config(cfg), 24, 3)
+
+
+def test_recorder_skips_parameters_and_batch():
+    model = TinyGPT(GPTConfig(vocab_size=35, seq_len=8, n_layer=1, n_head=2, d_model=16))
+    x = torch.zeros(2, 8, dtype=torch.long)
+    with SavedTensorRecorder(model, exclude=(x, x)) as rec:
+        model(x, x)[1].backward()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert rec.batch_bytes == x.untyped_storage().nbytes()
+    assert all(t.nbytes > 0 for t in rec.saved)
+    assert not any(t.module.startswith("h.0.") and t.layer != 0 for t in rec.saved)
+    assert len(params) > 0 and rec.stack == []
+
+
+def test_phase_memory_shows_activations_then_gradients():
+    trainer = Trainer(TrainConfig(model=GPTConfig(vocab_size=35, seq_len=16, n_layer=1, n_head=2, d_model=32),
+                                  batch_size=2))
+    trainer.step()
+    phases = phase_memory(trainer)
+    assert phases["before forward"]["activations"] == 0
+    assert phases["after forward"]["activations"] > 0
+    assert phases["after backward"]["gradients"] > 0
+    assert phases["peak backward"]["temporaries"] > 0

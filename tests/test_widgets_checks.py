@@ -1,0 +1,77 @@
+"""Widget callbacks and self-check exercises, exercised without a browser."""
+
+import pytest
+
+from labkit import checks
+from labkit.errors import LabkitError
+from labkit.tables import estimate_table, text_table
+from labkit.widgets import MemoryPanel
+
+
+def test_panel_reports_fit_and_redraws_on_change():
+    panel = MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
+    assert panel.estimate is not None and not panel.estimate.fits
+    assert "does not fit on RTX-4090" in panel.message.value and "short by" in panel.message.value
+    first = panel.figure
+    panel.model.value = "gpt2"
+    panel.seq.value = 1024
+    assert panel.estimate.fits and "to spare" in panel.message.value
+    assert panel.figure is not first and panel.figure.axes[0].patches
+
+
+def test_panel_zero_stage_and_dp_shrink_the_bar():
+    panel = MemoryPanel(model="llama2-7b", gpu="H100-SXM", seq=2048)
+    before = panel.estimate.per_device_bytes["total"]
+    panel.dp.value = 8
+    panel.zero_stage.value = 3
+    assert panel.estimate.per_device_bytes["total"] < before / 2
+
+
+@pytest.mark.parametrize("widget, value, field", [("dp", 0, "dp"), ("micro_batch", -1, "micro_batch"),
+                                                  ("seq", -5, "seq")])
+def test_panel_shows_bad_input_as_a_message(widget, value, field):
+    panel = MemoryPanel()
+    getattr(panel, widget).value = value
+    assert panel.estimate is None and panel.figure is None
+    assert "bad input" in panel.message.value and field in panel.message.value
+    getattr(panel, widget).value = 1
+    assert panel.estimate is not None
+
+
+def test_panel_rejects_unknown_presets_clearly():
+    with pytest.raises(LabkitError, match="gpu must be one of"):
+        MemoryPanel(gpu="A200")
+    with pytest.raises(LabkitError, match="model must be one of"):
+        MemoryPanel(model="gpt5")
+
+
+def test_exercises_accept_the_right_answer_and_hint_otherwise(capsys):
+    assert checks.check("01.bytes_per_param", 16)
+    assert not checks.check("01.bytes_per_param", 12)
+    assert "too low" in capsys.readouterr().out
+    assert checks.check("01.zero_stage", 2)
+    assert not checks.check("01.zero_stage", 1)
+    gb = 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288) / 1e9
+    assert checks.check("01.gpt3_layer_gb", round(gb, 2))
+    assert checks.check("01.failures_per_day", 419 / 54)
+    assert not checks.check("01.failures_per_day", None)
+    assert not checks.check("01.failures_per_day", "lots")
+    assert "must be a number" in capsys.readouterr().out
+    with pytest.raises(LabkitError, match="exercise must be one of"):
+        checks.check("01.nope", 1)
+
+
+def test_reveal(capsys):
+    assert checks.reveal("optimizer", {"parameters": 1, "optimizer": 3})
+    assert not checks.reveal(None, {"parameters": 1, "optimizer": 3})
+    with pytest.raises(LabkitError, match="prediction"):
+        checks.reveal("weights", {"parameters": 1})
+    assert checks.reveal_claims({"a": True, "b": None}, {"a": True, "b": False}) == 1
+    assert "optimizer" in capsys.readouterr().out
+
+
+def test_tables_align():
+    out = text_table(["name", "n"], [["a", 1], ["bbb", 22]])
+    assert out.splitlines()[0] == "name   n" and out.splitlines()[3] == "bbb   22"
+    panel = MemoryPanel()
+    assert "RTX" not in estimate_table({"x": panel.estimate}) and "no (" in estimate_table({"x": panel.estimate})

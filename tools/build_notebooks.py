@@ -1,0 +1,62 @@
+"""Build labs/*.ipynb from their percent-format sources in tools/notebooks/, and execute them.
+
+The .py source is what people edit and review; the .ipynb with its stored outputs is
+what learners open and what strict nbval checks. Cells start with ``# %%`` (code) or
+``# %% [markdown]``; ``# %% tags=["nbval-ignore-output"]`` tags a code cell.
+
+    python tools/build_notebooks.py            # build and execute every notebook
+    python tools/build_notebooks.py 01         # only those whose name contains "01"
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "tools" / "notebooks"
+LABS = ROOT / "labs"
+HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
+
+
+def parse(text: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cells: list[tuple[bool, list[str], list[str]]] = []
+    for line in text.splitlines():
+        m = HEADER.match(line)
+        if m:
+            cells.append((bool(m["md"]), json.loads(m["tags"]) if m["tags"] else [], []))
+        elif cells:
+            cells[-1][2].append(line)
+    for is_md, tags, lines in cells:
+        body = "\n".join(lines).strip("\n")
+        if is_md:
+            body = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in body.splitlines())
+            nb.cells.append(nbformat.v4.new_markdown_cell(body))
+        else:
+            cell = nbformat.v4.new_code_cell(body)
+            if tags:
+                cell.metadata["tags"] = tags
+            nb.cells.append(cell)
+    return nb
+
+
+def build(source: Path) -> Path:
+    nb = parse(source.read_text())
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()
+    target = LABS / f"{source.stem}.ipynb"
+    nbformat.write(nb, target)
+    return target
+
+
+if __name__ == "__main__":
+    pattern = sys.argv[1] if len(sys.argv) > 1 else ""
+    for src in sorted(SOURCES.glob("*.py")):
+        if pattern in src.stem:
+            print("built", build(src).relative_to(ROOT))

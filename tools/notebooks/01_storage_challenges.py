@@ -1,0 +1,291 @@
+# %% [markdown]
+# # 01 · Storage challenges: what training holds in memory
+#
+# **Why it matters.** A GPU running a training step holds four kinds of data: the
+# model's **parameters**, their **gradients**, the **optimizer states** (Adam keeps two
+# moments per parameter, and mixed precision adds an fp32 master copy), and the
+# **activations** every layer saves in the forward pass so the backward pass can use
+# them. The first three grow with the model; activations grow with the model *and*
+# with the batch and the sequence length. For GPT-3 175B trained the way Megatron-LM
+# trains it (tensor 8 × pipeline 16 × data 8 on 1,024 A100s), activations are about
+# 70% of what each GPU holds.
+#
+# **What you will do.** Train a tiny GPT for real on this CPU, measure what each step
+# holds tensor by tensor, check the measurement against the analytic model the
+# literature uses (ZeRO's 16 bytes per parameter; Korthikanti et al.'s
+# 34·s·b·h + 5·a·s²·b bytes per layer), then use the same model on real GPUs.
+#
+# Every number below is either **measured** (from a real run in this kernel) or
+# **predicted** (computed by `labkit.estimate`); each cell says which.
+
+# %%
+from labkit import checks, data, hardware, plots, tables
+from labkit.compare import layer_comparison, memory_comparison, setup_for
+from labkit.estimate import TrainingSetup, estimate_memory, training_flops
+from labkit.measure import measure_flops, measure_step, phase_memory
+from labkit.model import GPTConfig
+from labkit.references import failure_traces
+from labkit.shapes import ModelShape, model_shape
+from labkit.train import TrainConfig, Trainer, seed_everything
+
+seed_everything(0)  # fixed seed and thread count: the checked numbers below are the same on every run
+print("corpus:", f"{len(data.corpus()):,} characters,", data.vocab_size(), "distinct; first line:")
+print(data.corpus().splitlines()[0])
+
+# %% [markdown]
+# The picture to keep in mind (predicted by `labkit.estimate`): one GPU's share of
+# GPT-3 175B under Megatron-LM's layout, beside the same model on a single GPU.
+
+# %%
+gpt3 = model_shape("gpt3-175b")
+a100 = hardware.gpu("A100-80GB")
+megatron = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8),
+                           a100.memory_bytes, a100.name)
+plots.memory_bars({"GPT-3 175B, tp8 pp16 dp8": megatron.per_device_bytes},
+                  capacity_bytes=a100.memory_bytes, capacity_label="A100-80GB")
+
+# %% [markdown]
+# ## 1 · Predict
+#
+# The tiny GPT below has 2 layers, hidden size 64, 4 heads, and trains on batches of
+# 16 sequences of 64 characters in fp32 with AdamW. **Which category holds the most
+# bytes during a step: `"parameters"`, `"gradients"`, `"optimizer"` or
+# `"activations"`?** Commit your guess before you run the next cells.
+
+# %%
+prediction = None  # e.g. "optimizer"
+
+# %% [markdown]
+# ## 2 · Measure: a real training run
+#
+# 300 steps of real training on the CPU (a progress bar shows while it runs; its
+# output is not checked). The loss falls because the generated corpus has structure.
+
+# %% tags=["nbval-ignore-output"]
+config = TrainConfig(model=GPTConfig(vocab_size=data.vocab_size()), batch_size=16)
+trainer = Trainer(config)
+losses = trainer.run(300, progress=True)
+
+# %%
+print(f"measured loss: step 1 {losses[0]:.2f}, step 300 {losses[-1]:.2f}; validation {trainer.eval_loss():.2f}")
+plots.loss_curve({"tiny GPT, fp32": losses})
+
+# %% [markdown]
+# Now one more real step, measured: parameters, gradients and optimizer states are
+# summed over distinct storages; activations are every tensor autograd saved for the
+# backward pass (seen through `saved_tensors_hooks`), each storage once.
+
+# %%
+step = measure_step(trainer)
+measured = {"parameters": step.parameters, "gradients": step.gradients,
+            "optimizer": step.optimizer, "activations": step.activations}
+for name, nbytes in measured.items():
+    print(f"{name:12} {nbytes:>12,} bytes (measured)")
+checks.reveal(prediction, measured)
+
+# %% [markdown]
+# Over the step, memory rises and falls. torch's own `MemTracker` follows every
+# tensor through the step: activations pile up in the forward pass and are freed in
+# backward while gradients appear; **temporaries** (intermediate gradients) peak in
+# backward. (Measured, in bytes.)
+
+# %%
+phases = phase_memory(trainer)
+print(tables.text_table(["phase (measured)", *next(iter(phases.values()))],
+                        [[p, *(f"{v:,}" for v in row.values())] for p, row in phases.items()]))
+
+# %% [markdown]
+# ## 3 · Explain: the analytic model beside the measurement
+#
+# The model states follow ZeRO (Rajbhandari et al., SC 2020): fp32 AdamW holds
+# 4 (weights) + 4 (gradients) + 8 (two moments) bytes per parameter. Activations
+# follow Korthikanti et al. (2022), written with the element size *e* (4 bytes here)
+# and the dropout-mask size *m* (1 byte: a bool mask):
+# s·b·h·(16e + 2m) + a·s²·b·(2e + m) per layer. The `assert` fails if they disagree.
+
+# %%
+shape = ModelShape.from_config(config.model)
+print(f"{shape.params:,} parameters (predicted) = {sum(1 for _ in trainer.model.parameters())} tensors")
+comparison = memory_comparison(step, setup_for(shape, config.batch_size, "fp32"))
+print(comparison)
+assert comparison.worst_error < 0.02
+
+# %% [markdown]
+# ### Where 34 and 5as/h come from, tensor by tensor
+#
+# Each operation that keeps a tensor is a named module of `labkit.model`, so each
+# saved byte has an owner. Per layer, with 16-bit activations (e = 2) and 1-byte masks:
+#
+# | module | what it keeps | bytes |
+# |---|---|---|
+# | `ln_1`, `ln_2` | the two LayerNorm inputs | 2sbh + 2sbh |
+# | `attn.c_attn` | input of the QKV projection | 2sbh |
+# | `attn.core.qk` | Q and K for QKᵀ | 4sbh |
+# | `attn.core.softmax` | softmax output | 2as²b |
+# | `attn.core.attn_drop` | dropout mask of the scores | as²b |
+# | `attn.core.av` | dropout output and V | 2as²b + 2sbh |
+# | `attn.c_proj` | input of the output projection | 2sbh |
+# | `attn.resid_drop` | its dropout mask | sbh |
+# | `mlp.c_fc` | input of the first MLP linear | 2sbh |
+# | `mlp.act` | GeLU input (4h wide) | 8sbh |
+# | `mlp.c_proj` | input of the second MLP linear | 8sbh |
+# | `mlp.drop` | its dropout mask | sbh |
+#
+# That is 34·sbh + 5·as²b. The measured run is fp32, so each 2 becomes a 4: 66·sbh + 9·as²b.
+# LayerNorm also keeps a mean and a reciprocal standard deviation per row, which
+# the paper leaves out: the only place the two disagree.
+
+# %%
+layer = layer_comparison(step, setup_for(shape, config.batch_size, "fp32"))
+print(layer)
+plots.measured_vs_predicted({r.name: (r.measured, r.predicted) for r in layer.rows})
+
+# %% [markdown]
+# The same model in 16 bits (bf16 weights, gradients and activations; fp32 master
+# weights and moments in the optimizer) measures 16 bytes per parameter of model
+# state and the paper's own coefficients, 34 and 5:
+
+# %%
+bf16 = Trainer(TrainConfig(model=config.model, precision="bf16-mixed"))
+bf16.step()
+step16 = measure_step(bf16)
+s, b, h, a = config.model.seq_len, 16, config.model.d_model, config.model.n_head
+print(f"model states: {step16.model_states / shape.params:.2f} bytes per parameter (measured)")
+per_layer = step16.activations_per_layer()[0]
+print(f"layer 0 keeps {per_layer:,} bytes (measured); 34sbh + 5as^2b = {34 * s * b * h + 5 * a * s * s * b:,} (paper)")
+print(memory_comparison(step16, setup_for(shape, 16, "bf16-mixed")))
+
+# %% [markdown]
+# **Two kernels, two accountings.** The paper counts 1-byte dropout masks, as fused
+# GPU kernels keep. On the CPU, `F.dropout` keeps a full-width float mask; and a
+# fused attention kernel (`scaled_dot_product_attention`) never stores the a·s²
+# scores at all. Same model, same data, measured:
+
+# %%
+variants = {"bool masks, explicit attention": GPTConfig(vocab_size=data.vocab_size()),
+            "float masks (F.dropout)": GPTConfig(vocab_size=data.vocab_size(), mask="float"),
+            "fused attention (SDPA)": GPTConfig(vocab_size=data.vocab_size(), attention="fused")}
+for label, cfg in variants.items():
+    v = measure_step(Trainer(TrainConfig(model=cfg)))
+    print(f"{label:32} layer 0 keeps {v.activations_per_layer()[0]:>9,} bytes (measured)")
+
+# %% [markdown]
+# FLOPs too: torch's `FlopCounterMode` counts every matrix multiply of a real step;
+# Narayanan et al. (SC 2021) predict 72·B·s·L·h²·(1 + s/6h + V/12Lh).
+
+# %%
+flops = measure_flops(trainer)
+predicted_flops = training_flops(shape, s, b)
+print(f"measured {flops.total:,} FLOPs, predicted {predicted_flops:,.0f}")
+assert flops.total == predicted_flops
+
+# %% [markdown]
+# ## 4 · Scale: the same model on real models and real GPUs
+#
+# **Predict first:** for GPT-2 (124M) at micro-batch 8 and 1,024 tokens, do
+# activations take more or less than half of the memory? And for a single GPU
+# holding all of GPT-3 175B?
+
+# %%
+activations_more_than_half = {"gpt2": None, "gpt3 on one GPU": None}  # True or False
+
+# %% [markdown]
+# All predicted by `labkit.estimate` (16-bit mixed precision unless noted):
+
+# %%
+h100 = hardware.gpu("H100-SXM")
+cases = {
+    "GPT-2, b=8, s=1024": TrainingSetup(model_shape("gpt2"), micro_batch=8, seq=1024),
+    "GPT-3 175B on one GPU": TrainingSetup(gpt3, micro_batch=1, seq=2048),
+    "GPT-3, tp8 pp16 dp8": TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8),
+    "  + seq. parallel, selective": TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8,
+                                                  sp=True, recompute="selective"),
+    "Llama-2 7B, s=4096, fused": TrainingSetup(model_shape("llama2-7b"), seq=4096, attention="fused"),
+    "  + ZeRO-3 over 8 GPUs": TrainingSetup(model_shape("llama2-7b"), seq=4096, attention="fused",
+                                            zero_stage=3, dp=8),
+}
+scaled = {k: estimate_memory(v, h100.memory_bytes, h100.name) for k, v in cases.items()}
+print(f"on {h100.name} ({h100.memory_bytes / 1e9:.0f} GB), GB = 1e9 bytes, predicted")
+print(tables.estimate_table(scaled))
+checks.reveal_claims(activations_more_than_half,
+                     {"gpt2": scaled["GPT-2, b=8, s=1024"].activation_share > 0.5,
+                      "gpt3 on one GPU": scaled["GPT-3 175B on one GPU"].activation_share > 0.5})
+
+# %% [markdown]
+# Activations dominate when the model states are small or sharded (GPT-2, GPT-3
+# under Megatron's layout, a 7B model under ZeRO-3) and the batch and sequence are
+# long; they are a minor part when one GPU must hold a whole large model's
+# states, which is why sharding states (notebook 02) comes first and recompute
+# (notebook 05) second. Selective recompute with sequence parallelism cuts GPT-3's
+# activations from the largest part to about a third.
+
+# %%
+plots.memory_bars({k: v.per_device_bytes for k, v in scaled.items() if "one GPU" not in k},
+                  capacity_bytes=h100.memory_bytes, capacity_label=h100.name)
+
+# %% [markdown]
+# ## 5 · Break it: a 7B full fine-tune on a 24 GB card
+#
+# A popular wish: fine-tune all weights of Llama-2 7B on one RTX 4090. The analytic
+# model says how far off it is, even at micro-batch 1 with full recompute:
+
+# %%
+rtx = hardware.gpu("RTX-4090")
+wish = estimate_memory(TrainingSetup(model_shape("llama2-7b"), micro_batch=1, seq=2048, recompute="full",
+                                     attention="fused"), rtx.memory_bytes, rtx.name)
+print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
+print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the 16 bytes/parameter of model states alone are "
+      f"{16 * wish.params / 1e9:.0f} GB")
+
+# %% [markdown]
+# The same failure for real, at micro scale: the tiny GPT's measured step against a
+# "device" as small as the tiny model's own model states.
+
+# %%
+budget = step.model_states  # bytes: a device that holds the model states and nothing else
+needed = step.model_states + step.activations
+print(f"measured need {needed:,} bytes > budget {budget:,} bytes: out of memory by {needed - budget:,} bytes")
+
+# %% [markdown]
+# ## 6 · Design: find a configuration that fits
+#
+# Pick a model, a GPU and a layout; the bar and the verdict follow (predicted). Try
+# to fit Llama-2 7B on the RTX 4090 — what does it take? Then try GPT-3 175B on H100s.
+# Bad values (a data-parallel degree of 0, say) get a message, not a traceback.
+
+# %% tags=["nbval-ignore-output"]
+from labkit.widgets import MemoryPanel  # noqa: E402
+
+MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
+
+# %% [markdown]
+# ## 7 · Meanwhile, hardware fails
+#
+# Memory is one storage challenge; keeping what is stored when a GPU dies is the
+# other (notebook 06). Published traces give a failure rate per GPU-day; a job's
+# expected failures grow linearly with its GPU count (predicted from the traces):
+
+# %%
+counts = [8, 64, 512, 4096, 16384]
+rates = {t.name: [t.failures_per_day(n) for n in counts] for t in failure_traces()}
+print(tables.text_table(["GPUs", *rates], [[n, *(f"{r[i]:.2f}" for r in rates.values())]
+                                          for i, n in enumerate(counts)]))
+plots.failures_per_day(counts, rates)
+
+# %% [markdown]
+# ## 8 · Check yourself
+#
+# Replace each `None` with your number and run the cell; the checker computes the
+# right answer with labkit's own model.
+
+# %%
+checks.check("01.bytes_per_param", None)
+
+# %%
+checks.check("01.gpt3_layer_gb", None)
+
+# %%
+checks.check("01.zero_stage", None)
+
+# %%
+checks.check("01.failures_per_day", None)
