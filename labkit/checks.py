@@ -2,8 +2,8 @@
 
 An exercise has a question, a function that computes the right answer from the
 lab's formulas and data, a relative tolerance, a hint for a wrong answer and an
-explanation for a right one. ``check(key, answer)`` prints the feedback and
-returns whether it was right, so a notebook cell stays one line.
+explanation for a right one. ``check(key, answer)`` returns ``Feedback``,
+which a notebook shows as the cell's result and a test reads as a bool.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def _gpt3_layer_gb() -> float:
     return activation_bytes_per_layer(model_shape("gpt3-175b"), 2048, 1) / 1e9
 
 
-def _llama3_failures_per_day() -> float:
+def _llama3_mtbf_hours(n_gpus: int = 4096) -> float:
     from labkit.references import failure_traces
 
-    trace = next(t for t in failure_traces() if "llama" in t.name.lower())
-    return trace.failures_per_day(16384)
+    trace = next(t for t in failure_traces() if t.name == "Llama 3")
+    return trace.mtbf_hours(n_gpus)
 
 
 EXERCISES: dict[str, Exercise] = {
@@ -66,57 +66,94 @@ EXERCISES: dict[str, Exercise] = {
         "Compare 4*Psi + 12*Psi/Nd, 2*Psi + 14*Psi/Nd and 16*Psi/Nd with 20e9.",
         "Stage 1 still keeps 16-bit weights and gradients everywhere (31.4 GB); stage 2 gets to 16.6 GB.",
     ),
-    "01.failures_per_day": Exercise(
-        "At Llama 3's failure rate, how many unexpected interruptions per day on 16,384 GPUs?",
-        _llama3_failures_per_day,
+    "01.mtbf_hours": Exercise(
+        "At Llama 3's failure rate, how many hours pass between failures of a job on 4,096 GPUs?",
+        _llama3_mtbf_hours,
         0.05,
-        "The rate per GPU-day is 419 / (54 * 16384); multiply by the GPU count.",
-        "About one every three hours: a 16k-GPU job must expect to restart several times a day.",
+        "Llama 3 saw 419 unexpected interruptions in 54 days on 16,384 GPUs; the rate scales with the GPU count.",
+        "About half a day: a checkpoint written once a day would lose hours of work at every failure.",
     ),
 }
 
 
-def check(key: str, answer: float | None) -> bool:
-    """Print feedback on ``answer`` to exercise ``key``; True when it is right."""
+@dataclass(frozen=True)
+class Feedback:
+    """What a learner reads after answering: truthy when right, shown as its message.
+
+    Returned (not printed), so a notebook cell that ends with ``check(...)`` shows
+    the message as the cell's result, and a test can assert on ``bool(feedback)``.
+    """
+
+    ok: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        return self.message
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(self.message)
+
+
+def check(key: str, answer: float | None) -> Feedback:
+    """Feedback on ``answer`` to exercise ``key``: right (with why) or a hint."""
     require_choice("exercise", key, EXERCISES)
     ex = EXERCISES[key]
     if answer is None:
-        print(f"Not answered yet. {ex.question}\nHint: {ex.hint}")
-        return False
+        return Feedback(False, f"Not answered yet. {ex.question}\nHint: {ex.hint}")
     try:
         value = float(answer)
     except (TypeError, ValueError):
-        print(f"The answer must be a number (got {answer!r}). Hint: {ex.hint}")
-        return False
+        return Feedback(False, f"The answer must be a number (got {answer!r}). Hint: {ex.hint}")
     right = ex.answer()
-    ok = abs(value - right) <= ex.rel_tol * abs(right) + 1e-12
-    if ok:
-        print(f"Right: {right:.4g}. {ex.why}")
-    else:
-        direction = "high" if value > right else "low"
-        print(f"Not quite: {value:.4g} is too {direction}. Hint: {ex.hint}")
-    return ok
+    if abs(value - right) <= ex.rel_tol * abs(right) + 1e-12:
+        return Feedback(True, f"Right: {right:.4g}. {ex.why}")
+    direction = "high" if value > right else "low"
+    return Feedback(False, f"Not quite: {value:.4g} is too {direction}. Hint: {ex.hint}")
 
 
-def reveal(prediction: str | None, measured: dict[str, float], question: str = "largest category") -> bool:
+def reveal(prediction: str | None, measured: dict[str, float], question: str = "largest category") -> Feedback:
     """Compare a committed guess of the largest entry of ``measured`` with the measurement."""
     largest = max(measured, key=measured.get)
     share = measured[largest] / sum(measured.values())
     if prediction is None:
-        print(f"No prediction committed. The {question} is {largest} ({100 * share:.0f}%).")
-        return False
+        return Feedback(False, f"No prediction committed. The {question} is {largest} ({100 * share:.0f}%).")
     require_choice("prediction", prediction, measured)
     verdict = "Right" if prediction == largest else f"Not this time: you said {prediction}"
-    print(f"{verdict}. The {question} is {largest}, {100 * share:.0f}% of the total.")
-    return prediction == largest
+    return Feedback(prediction == largest, f"{verdict}. The {question} is {largest}, {100 * share:.0f}% of the total.")
 
 
-def reveal_claims(guesses: dict[str, bool | None], truths: dict[str, bool]) -> int:
-    """Compare yes/no guesses with what the model says; returns how many were right."""
-    right = 0
+def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB", scale: float = 1e9) -> Feedback:
+    """Compare a committed numeric guess with the value labkit measured or computed.
+
+    Right means within a factor of 1.5 either way: the point is the order of
+    magnitude and the reasoning, not the third digit.
+    """
+    value = actual / scale
+
+    def shown(x: float) -> str:
+        return f"{x:,.1f} {unit}" if unit else f"{x:,.0f}"
+
+    if guess is None:
+        return Feedback(False, f"No guess committed. {what}: {shown(value)}.")
+    try:
+        g = float(guess)
+    except (TypeError, ValueError):
+        return Feedback(False, f"The guess must be a number (got {guess!r}). {what}: {shown(value)}.")
+    ok = g > 0 and 1 / 1.5 <= g / value <= 1.5
+    verdict = "Close" if ok else ("Too high" if g > value else "Too low")
+    return Feedback(ok, f"{verdict}: you said {shown(g)}. {what}: {shown(value)}.")
+
+
+def reveal_claims(guesses: dict[str, bool | None], truths: dict[str, bool]) -> Feedback:
+    """Compare yes/no guesses with what the model says; right when every guess is."""
+    lines, right = [], 0
     for key, truth in truths.items():
         guess = guesses.get(key)
         said = "no guess" if guess is None else ("you said yes" if guess else "you said no")
         right += guess is truth
-        print(f"{key}: {'yes' if truth else 'no'} ({said})")
-    return right
+        lines.append(f"{key}: {'yes' if truth else 'no'} ({said})")
+    lines.append(f"{right} of {len(truths)} right.")
+    return Feedback(right == len(truths), "\n".join(lines))

@@ -114,7 +114,8 @@ def activation_terms(
     terms += [
         ActivationTerm("ln_2", "LayerNorm 2 input", e * sbh),
         ActivationTerm("mlp.c_fc", "first MLP linear input", e * sbh),
-        ActivationTerm("mlp.act", "GeLU input" if not shape.gated else "SwiGLU inputs", e * sbh * f * (3 if shape.gated else 1)),
+        ActivationTerm("mlp.act", "SwiGLU inputs" if shape.gated else "GeLU input",
+                       e * sbh * f * (3 if shape.gated else 1)),
         ActivationTerm("mlp.c_proj", "second MLP linear input", e * sbh * f),
     ]
     if m:

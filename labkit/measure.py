@@ -213,7 +213,7 @@ def phase_memory(trainer: Trainer, step: int | None = None) -> dict[str, dict[st
     batch) as an activation; those are moved to ``other`` here. Use it on fp32 runs:
     it does not know that the master weights of ``MasterWeightAdamW`` are optimizer state.
     """
-    from torch.distributed._tools.mem_tracker import MemTracker, _ModState, _MemRefType
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _ModState
 
     i = trainer.steps_done if step is None else step
     inner = getattr(trainer.optimizer, "inner", trainer.optimizer)
@@ -226,7 +226,7 @@ def phase_memory(trainer: Trainer, step: int | None = None) -> dict[str, dict[st
         "parameters": _MemRefType.PARAM, "gradients": _MemRefType.GRAD, "optimizer": _MemRefType.OPT,
         "activations": _MemRefType.ACT, "temporaries": _MemRefType.TEMP,
     }
-    states = dict(zip(PHASES, (_ModState.PRE_FW, _ModState.POST_FW, _ModState.PEAK_BW, _ModState.POST_BW)))
+    states = dict(zip(PHASES, (_ModState.PRE_FW, _ModState.POST_FW, _ModState.PEAK_BW, _ModState.POST_BW), strict=True))
     out: dict[str, dict[str, int]] = {}
     baseline = None  # tensors alive before the step (the corpus, say) are "other", not activations
     for phase, state in states.items():
@@ -260,3 +260,14 @@ def measure_flops(trainer: Trainer, step: int = 0) -> StepFlops:
         loss.backward()
     trainer.optimizer.zero_grad(set_to_none=True)
     return StepFlops(fwd.get_total_flops(), bwd.get_total_flops())
+
+
+def peak_step_bytes(trainer: Trainer, step: int | None = None) -> int:
+    """The most a real step holds at once (MemTracker), leaving out data kept outside the step.
+
+    It is what a device must fit: model states, saved activations and the
+    temporaries of backward at their common peak. Run it after one step so the
+    optimizer states exist.
+    """
+    phases = phase_memory(trainer, step)
+    return max(sum(v for k, v in row.items() if k != "other") for row in phases.values())

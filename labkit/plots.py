@@ -39,7 +39,7 @@ def memory_bars(
     for cat in categories:
         heights = [bars[label].get(cat, 0.0) / unit for label in labels]
         ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[cat], label=cat)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     if capacity_bytes is not None:
         ax.axhline(capacity_bytes / unit, color="black", linestyle="--", linewidth=1)
         ax.text(len(labels) - 0.5, capacity_bytes / unit, f" {capacity_label}", va="bottom", ha="right")

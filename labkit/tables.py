@@ -15,7 +15,8 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for r in cells:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        padded = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        lines.append("  ".join(padded))
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -61,10 +61,10 @@ class MasterWeightAdamW:
 
     @torch.no_grad()
     def step(self) -> None:
-        for p, m in zip(self.params, self.master):
+        for p, m in zip(self.params, self.master, strict=True):
             m.grad = None if p.grad is None else p.grad.float()
         self.inner.step()
-        for p, m in zip(self.params, self.master):
+        for p, m in zip(self.params, self.master, strict=True):
             p.copy_(m)
             m.grad = None
 

@@ -6,7 +6,7 @@ import torch
 from labkit.bench import MICRO_CONFIGS, MicroConfig
 from labkit.compare import layer_comparison, memory_comparison, setup_for
 from labkit.estimate import training_flops
-from labkit.measure import SavedTensorRecorder, measure_flops, measure_step, phase_memory
+from labkit.measure import SavedTensorRecorder, measure_flops, measure_step, peak_step_bytes, phase_memory
 from labkit.model import GPTConfig, TinyGPT
 from labkit.shapes import ModelShape
 from labkit.train import TrainConfig, Trainer
@@ -89,3 +89,15 @@ def test_phase_memory_shows_activations_then_gradients():
     assert phases["after forward"]["activations"] > 0
     assert phases["after backward"]["gradients"] > 0
     assert phases["peak backward"]["temporaries"] > 0
+
+
+def test_peak_holds_states_and_grows_with_the_batch():
+    peaks = []
+    for b in (2, 8):
+        trainer = Trainer(TrainConfig(model=GPTConfig(vocab_size=35, seq_len=16, n_layer=1, n_head=2, d_model=32),
+                                      batch_size=b))
+        trainer.step()
+        step = measure_step(trainer)
+        peaks.append(peak_step_bytes(trainer))
+        assert peaks[-1] >= step.parameters + step.optimizer + step.activations
+    assert peaks[1] > peaks[0]

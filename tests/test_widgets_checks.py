@@ -45,29 +45,38 @@ def test_panel_rejects_unknown_presets_clearly():
         MemoryPanel(model="gpt5")
 
 
-def test_exercises_accept_the_right_answer_and_hint_otherwise(capsys):
+def test_exercises_accept_the_right_answer_and_hint_otherwise():
     assert checks.check("01.bytes_per_param", 16)
-    assert not checks.check("01.bytes_per_param", 12)
-    assert "too low" in capsys.readouterr().out
+    assert "too low" in str(checks.check("01.bytes_per_param", 12))
     assert checks.check("01.zero_stage", 2)
     assert not checks.check("01.zero_stage", 1)
     gb = 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288) / 1e9
     assert checks.check("01.gpt3_layer_gb", round(gb, 2))
-    assert checks.check("01.failures_per_day", 419 / 54)
-    assert not checks.check("01.failures_per_day", None)
-    assert not checks.check("01.failures_per_day", "lots")
-    assert "must be a number" in capsys.readouterr().out
+    assert checks.check("01.mtbf_hours", 24 * 54 * 16384 / (419 * 4096))
+    assert not checks.check("01.mtbf_hours", 3)
+    assert not checks.check("01.mtbf_hours", None)
+    assert "must be a number" in str(checks.check("01.mtbf_hours", "lots"))
     with pytest.raises(LabkitError, match="exercise must be one of"):
         checks.check("01.nope", 1)
 
 
-def test_reveal(capsys):
+def test_reveal():
     assert checks.reveal("optimizer", {"parameters": 1, "optimizer": 3})
     assert not checks.reveal(None, {"parameters": 1, "optimizer": 3})
     with pytest.raises(LabkitError, match="prediction"):
         checks.reveal("weights", {"parameters": 1})
-    assert checks.reveal_claims({"a": True, "b": None}, {"a": True, "b": False}) == 1
-    assert "optimizer" in capsys.readouterr().out
+    claims = checks.reveal_claims({"a": True, "b": None}, {"a": True, "b": False})
+    assert not claims and "1 of 2 right" in str(claims) and "b: no (no guess)" in str(claims)
+    assert "optimizer, 75%" in str(checks.reveal("optimizer", {"parameters": 1, "optimizer": 3}))
+
+
+def test_reveal_number():
+    assert checks.reveal_number(100, 108.6e9, "needed")
+    low = checks.reveal_number(24, 108.6e9, "needed")
+    assert not low and str(low) == "Too low: you said 24.0 GB. needed: 108.6 GB."
+    assert not checks.reveal_number(None, 1e9, "needed")
+    assert "must be a number" in str(checks.reveal_number("lots", 1e9, "needed"))
+    assert str(checks.reveal_number(400, 419, "count", "", 1)) == "Close: you said 400. count: 419."
 
 
 def test_tables_align():

@@ -22,7 +22,7 @@
 from labkit import checks, data, hardware, plots, tables
 from labkit.compare import layer_comparison, memory_comparison, setup_for
 from labkit.estimate import TrainingSetup, estimate_memory, training_flops
-from labkit.measure import measure_flops, measure_step, phase_memory
+from labkit.measure import measure_flops, measure_step, peak_step_bytes, phase_memory
 from labkit.model import GPTConfig
 from labkit.references import failure_traces
 from labkit.shapes import ModelShape, model_shape
@@ -87,7 +87,10 @@ checks.reveal(prediction, measured)
 # Over the step, memory rises and falls. torch's own `MemTracker` follows every
 # tensor through the step: activations pile up in the forward pass and are freed in
 # backward while gradients appear; **temporaries** (intermediate gradients) peak in
-# backward. (Measured, in bytes.)
+# backward. Activations and full gradients never coexist here: the previous step's
+# gradients were freed (`zero_grad(set_to_none=True)`) before this forward pass.
+# `other` is what lives outside the step, mostly the corpus's token ids (8 bytes
+# each) that the batch loader keeps. (Measured, in bytes.)
 
 # %%
 phases = phase_memory(trainer)
@@ -226,8 +229,15 @@ plots.memory_bars({k: v.per_device_bytes for k, v in scaled.items() if "one GPU"
 # %% [markdown]
 # ## 5 · Break it: a 7B full fine-tune on a 24 GB card
 #
-# A popular wish: fine-tune all weights of Llama-2 7B on one RTX 4090. The analytic
-# model says how far off it is, even at micro-batch 1 with full recompute:
+# A popular wish: fine-tune all weights of Llama-2 7B on one RTX 4090 (24 GB), in
+# 16-bit mixed precision with Adam, at micro-batch 1 and with full recompute.
+# **Predict first: how many GB does one step need?**
+
+# %%
+predicted_gb_7b = None  # your guess, in GB (1e9 bytes)
+
+# %% [markdown]
+# The analytic model's answer (predicted):
 
 # %%
 rtx = hardware.gpu("RTX-4090")
@@ -236,15 +246,27 @@ wish = estimate_memory(TrainingSetup(model_shape("llama2-7b"), micro_batch=1, se
 print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
 print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the 16 bytes/parameter of model states alone are "
       f"{16 * wish.params / 1e9:.0f} GB")
+checks.reveal_number(predicted_gb_7b, wish.per_device_bytes["total"], "Llama-2 7B needs (predicted)")
 
 # %% [markdown]
-# The same failure for real, at micro scale: the tiny GPT's measured step against a
-# "device" as small as the tiny model's own model states.
+# The same failure at micro scale, measured: give the tiny GPT a "device" of 8 MB
+# (8e6 bytes), about what a 24 GB card is to a 7B model, and measure the peak of a real
+# step (`MemTracker`: model states, saved activations and temporaries at their
+# common peak) at two micro-batch sizes.
 
 # %%
-budget = step.model_states  # bytes: a device that holds the model states and nothing else
-needed = step.model_states + step.activations
-print(f"measured need {needed:,} bytes > budget {budget:,} bytes: out of memory by {needed - budget:,} bytes")
+device_bytes = 8_000_000
+for micro_batch in (16, 4):
+    run = Trainer(TrainConfig(model=config.model, batch_size=micro_batch))
+    run.step()  # the first step creates the optimizer states
+    peak = peak_step_bytes(run)
+    verdict = "fits" if peak <= device_bytes else f"out of memory by {peak - device_bytes:,} bytes"
+    print(f"micro-batch {micro_batch:2}: measured peak {peak:>11,} bytes on an 8,000,000-byte device: {verdict}")
+
+# %% [markdown]
+# Shrinking the micro-batch rescues the tiny model because its activations dominate.
+# It cannot rescue the 7B model: its model states alone are four times the card.
+# That is why notebook 02 shards the states (ZeRO) and notebook 04 moves them off the GPU.
 
 # %% [markdown]
 # ## 6 · Design: find a configuration that fits
@@ -262,8 +284,21 @@ MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
 # ## 7 · Meanwhile, hardware fails
 #
 # Memory is one storage challenge; keeping what is stored when a GPU dies is the
-# other (notebook 06). Published traces give a failure rate per GPU-day; a job's
-# expected failures grow linearly with its GPU count (predicted from the traces):
+# other (notebook 06). Llama 3 was trained for 54 days on 16,384 H100s.
+# **Predict first: how many unexpected interruptions did it have in those 54 days?**
+
+# %%
+predicted_interruptions = None  # a count
+
+# %% [markdown]
+# The published traces (data in `datasets/references.toml`, with their sources) give
+# a failure rate per GPU-day; a job's expected failures grow linearly with its GPU
+# count when failures are independent (predicted from the traces):
+
+# %%
+llama3 = next(t for t in failure_traces() if t.name == "Llama 3")
+checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1)
+print(f"{100 * llama3.hardware_share:.0f}% of them hardware; source: {llama3.source}")
 
 # %%
 counts = [8, 64, 512, 4096, 16384]
@@ -288,4 +323,4 @@ checks.check("01.gpt3_layer_gb", None)
 checks.check("01.zero_stage", None)
 
 # %%
-checks.check("01.failures_per_day", None)
+checks.check("01.mtbf_hours", None)
