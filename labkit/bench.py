@@ -119,7 +119,7 @@ def time_notebooks(labs: Path = LABS) -> list[tuple[str, float]]:
         shutil.copytree(labs, copy)
         for path in sorted(copy.glob("*.ipynb")):
             nb = nbformat.read(path, as_version=4)
-            client = NotebookClient(nb, timeout=600, kernel_name="python3",
+            client = NotebookClient(nb, timeout=300, kernel_name="python3",
                                     resources={"metadata": {"path": str(copy)}})  # fmt: skip
             t0 = time.perf_counter()
             client.execute()
