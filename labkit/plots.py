@@ -8,9 +8,13 @@ notebook (or the widget panel) decides where it goes. Bytes are drawn in GB
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from labkit.sim import Timeline
 
 CATEGORY_COLORS = {
     "parameters": "#4C72B0",
@@ -94,6 +98,44 @@ def failures_per_day(gpu_counts: Sequence[int], rates: Mapping[str, Sequence[flo
     ax.set_ylabel("expected failures per day")
     ax.set_title("A failure a day, somewhere")
     ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def gantt(timeline: Timeline, title: str = "Pipeline schedule (simulated)", time_unit: str = "s") -> Figure:
+    """One lane per stream of a ``labkit.sim.Timeline``: forward and backward boxes, idle left blank.
+
+    Each box carries its micro-batch number when it is wide enough to read.
+    """
+    from matplotlib.patches import Patch
+
+    from labkit.errors import require_choice
+
+    scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[require_choice("time_unit", time_unit, ("s", "ms", "us"))]
+    colors = {"F": "#4C72B0", "B": "#DD8452"}
+    streams = timeline.streams
+    lane = {s: i for i, s in enumerate(streams)}
+    fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(streams) + 1.4))
+    span = timeline.makespan * scale
+    for e in timeline.events:
+        y, width = lane[e.stream], e.duration * scale
+        ax.barh(y, width, left=e.start * scale, height=0.8, color=colors.get(e.kind, "#8C8C8C"), edgecolor="white",
+                linewidth=0.5)
+        if "microbatch" in e.meta and width >= 0.012 * span:
+            ax.text((e.start + e.duration / 2) * scale, y, str(e.meta["microbatch"]), ha="center", va="center",
+                    fontsize=7, color="white")
+    ax.set_yticks(range(len(streams)), streams, fontsize=8)
+    ax.set_ylim(len(streams) - 0.5, -0.5)
+    ax.set_xlim(0, span or 1.0)
+    ax.set_xlabel(f"time ({time_unit})")
+    ax.set_title(title)
+    names = {"F": "forward", "B": "backward", "comm": "transfer"}
+    shown = [k for k in names if any(e.kind == k for e in timeline.events)]
+    if shown:
+        handles = [Patch(color=colors.get(k, "#8C8C8C"), label=names[k]) for k in shown]
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
+                  ncols=len(shown))
     fig.tight_layout()
     plt.close(fig)
     return fig

@@ -1,0 +1,232 @@
+"""Local process groups from a notebook cell: start N ranks, get their results, clean up.
+
+``run(fn, world_size)`` spawns ``world_size`` processes on this machine, joins
+them into a ``torch.distributed`` group (gloo, or NCCL under torchrun on GPUs),
+calls ``fn(rank, world_size, **kwargs)`` in each, and returns the per-rank
+results in rank order. It is written for a classroom kernel that re-runs cells:
+
+* every listener stays on 127.0.0.1: the rendezvous is a fresh file
+  (``init_method="file://..."``), not a TCP store, and gloo's own sockets are
+  pinned to the loopback interface (``GLOO_SOCKET_IFNAME=lo``); no fixed port,
+  so no clash when a cell runs twice;
+* a worker's exception comes back as a :class:`WorkerError` naming its rank and
+  carrying its traceback; the other ranks are stopped at once;
+* a worker that hangs is killed after ``timeout`` seconds and a
+  :class:`WorkerTimeout` says which ranks had not finished;
+* no orphans: every child is killed and reaped when ``run`` returns or raises
+  (even on KeyboardInterrupt), and a child dies with its parent (``PR_SET_PDEATHSIG``).
+
+``fn`` must be importable (a function of a labkit module): spawn cannot pickle a
+function defined in a notebook. The same ``fn`` runs under ``torchrun`` through
+:func:`main_under_torchrun`. The launcher is written here because torch's own
+(``torch.multiprocessing.spawn``, ``torchrun``) neither return values to a
+caller nor bound a hung worker by a deadline.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from labkit.errors import LabkitError, require_positive
+
+MAX_LOCAL_RANKS = 8
+FAILURE_GRACE_S = 2.0
+
+
+class WorkerError(RuntimeError):
+    """A rank raised: ``rank`` is which, ``remote_traceback`` is its traceback."""
+
+    def __init__(self, rank: int, message: str, remote_traceback: str) -> None:
+        super().__init__(f"rank {rank} failed: {message}")
+        self.rank, self.remote_traceback = rank, remote_traceback
+
+
+class WorkerTimeout(RuntimeError):
+    """Some ranks did not finish in time; they were killed."""
+
+    def __init__(self, ranks: list[int], timeout: float) -> None:
+        shown = ", ".join(str(r) for r in ranks)
+        super().__init__(f"rank {shown} did not finish within {timeout:g} s and was killed")
+        self.ranks = ranks
+
+
+@dataclass(frozen=True)
+class _Job:
+    fn: Callable[..., Any]
+    world_size: int
+    kwargs: dict[str, Any]
+    workdir: str
+    threads: int
+    timeout: float
+    seed: int
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent exits (no orphans)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _write(path: Path, payload: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps(payload))
+    os.replace(tmp, path)  # the parent never reads half a result
+
+
+def _worker(rank: int, job: _Job) -> None:
+    _die_with_parent()
+    os.environ.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    out = Path(job.workdir) / f"rank{rank}.pkl"
+    failed_at = None  # taken before the group is torn down, which makes the peers fail too
+    try:
+        torch.set_num_threads(job.threads)
+        torch.manual_seed(job.seed)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{job.workdir}/rendezvous", rank=rank, world_size=job.world_size,
+            timeout=datetime.timedelta(seconds=job.timeout),
+        )  # fmt: skip
+        try:
+            result = job.fn(rank, job.world_size, **job.kwargs)
+        except BaseException:
+            failed_at = time.time()
+            raise
+        finally:
+            dist.destroy_process_group()
+        _write(out, ("ok", result))
+    except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
+        when = failed_at or time.time()
+        _write(out, ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), when))
+        raise SystemExit(1) from None
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=10)
+
+
+def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threads: int = 1, seed: int = 0,
+        **kwargs: Any) -> list[Any]:
+    """Run ``fn(rank, world_size, **kwargs)`` on ``world_size`` local ranks; results in rank order.
+
+    ``threads`` is torch's intra-op thread count per rank (1 keeps results
+    bit-identical from run to run). Raises :class:`WorkerError` if a rank raises,
+    :class:`WorkerTimeout` if the ranks have not all finished after ``timeout`` s.
+    """
+    require_positive("world_size", world_size)
+    if world_size > MAX_LOCAL_RANKS:
+        raise LabkitError(f"world_size must be at most {MAX_LOCAL_RANKS} on one machine (got {world_size})")
+    require_positive("timeout", timeout, integer=False)
+    require_positive("threads", threads)
+    if getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in getattr(fn, "__qualname__", ""):
+        raise LabkitError(f"fn must be a function of an importable module, not {fn!r} (spawn cannot pickle it)")
+    workdir = tempfile.mkdtemp(prefix="labkit-dist-")
+    job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
+             for r in range(world_size)]  # fmt: skip
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout
+        pending = {p.sentinel: r for r, p in enumerate(procs)}
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout(sorted(pending.values()), timeout)
+            for sentinel in wait(list(pending), timeout=left):
+                rank = pending.pop(sentinel)
+                procs[rank].join(timeout=5)  # reap it, so its exit code is known
+                if procs[rank].exitcode != 0:
+                    wait(list(pending), timeout=FAILURE_GRACE_S)  # let the others report what they saw
+                    _raise_first_failure(Path(workdir), procs)
+        return [pickle.loads((Path(workdir) / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
+    finally:
+        _stop(procs)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _raise_first_failure(workdir: Path, procs: list) -> None:
+    """Raise for the rank that failed first: the others usually fail *because* it did.
+
+    When one rank raises, its peers see a closed connection a moment later; the
+    error a learner needs is the first one, so failures are ordered by time.
+    """
+    failures = []
+    for rank, p in enumerate(procs):
+        path = workdir / f"rank{rank}.pkl"
+        if path.exists():
+            status, *rest = pickle.loads(path.read_bytes())
+            if status == "error":
+                failures.append((rest[2], rank, rest[0], rest[1]))
+        elif p.exitcode not in (None, 0):
+            failures.append((0.0, rank, f"exited with code {p.exitcode} before reporting a result", ""))
+    _, rank, message, remote = min(failures)
+    raise WorkerError(rank, message, remote)
+
+
+def main_under_torchrun(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run ``fn`` on this rank of a torchrun job (gloo on CPUs, NCCL on GPUs); rank 0 prints the result.
+
+    torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; on a GPU
+    cluster the same code runs with NCCL, unchanged.
+    """
+    import json
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        result = fn(rank, world, **kwargs)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(result, default=str))
+    return result
+
+
+def all_reduce_demo(rank: int, world_size: int, numel: int = 1024) -> dict[str, Any]:
+    """Each rank contributes ``rank + 1``; all-reduce sums them. A smoke test for a group."""
+    t = torch.full((numel,), float(rank + 1))
+    dist.all_reduce(t)
+    return {"rank": rank, "sum": float(t[0]), "expected": world_size * (world_size + 1) / 2, "pid": os.getpid()}
+
+
+def faulty_worker(rank: int, world_size: int, bad_rank: int = 1, mode: str = "raise") -> int:
+    """A worker that fails on purpose on ``bad_rank``: it raises, or it hangs, or it dies."""
+    if rank == bad_rank:
+        if mode == "raise":
+            raise ValueError(f"rank {rank} was told to fail")
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "die":
+            os._exit(3)
+    dist.barrier()
+    return rank
+
+
+if __name__ == "__main__":  # torchrun --nproc-per-node N -m labkit.dist: a smoke test of the group
+    main_under_torchrun(all_reduce_demo)

@@ -1,0 +1,129 @@
+"""The local launcher: results back in rank order, failures and hangs reported, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import dist
+from labkit.errors import LabkitError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _children() -> set[int]:
+    """PIDs of this process's live spawned workers (zombies and multiprocessing's resource tracker excluded)."""
+    me, kids = os.getpid(), set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+            if int(fields[1]) == me and fields[0] != "Z" and b"spawn_main" in cmdline:
+                kids.add(int(entry.name))
+    return kids
+
+
+def test_all_reduce_on_two_and_four_ranks():
+    for world in (2, 4):
+        out = dist.run(dist.all_reduce_demo, world, numel=8)
+        assert [r["rank"] for r in out] == list(range(world))
+        assert all(r["sum"] == r["expected"] for r in out)
+        assert len({r["pid"] for r in out}) == world
+    assert not _children()
+
+
+def test_a_raising_worker_is_named_with_its_traceback():
+    t0 = time.monotonic()
+    with pytest.raises(dist.WorkerError, match="rank 1 failed: ValueError: rank 1 was told to fail") as err:
+        dist.run(dist.faulty_worker, 2, timeout=60, bad_rank=1, mode="raise")
+    assert err.value.rank == 1 and "faulty_worker" in err.value.remote_traceback
+    assert time.monotonic() - t0 < 30  # the healthy rank, stuck in a barrier, is killed at once
+    assert not _children()
+
+
+def test_a_hanging_worker_is_killed_after_the_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(dist.WorkerTimeout, match=r"rank 0, 1 did not finish within 8 s") as err:
+        dist.run(dist.faulty_worker, 2, timeout=8, bad_rank=1, mode="hang")
+    assert 8 <= time.monotonic() - t0 < 25
+    assert err.value.ranks == [0, 1]
+    assert not _children()
+
+
+def test_a_worker_that_dies_is_reported():
+    with pytest.raises(dist.WorkerError, match="rank 0 failed: exited with code 3"):
+        dist.run(dist.faulty_worker, 2, timeout=30, bad_rank=0, mode="die")
+    assert not _children()
+
+
+def test_bad_arguments_name_the_field():
+    with pytest.raises(LabkitError, match="world_size must be a positive integer"):
+        dist.run(dist.all_reduce_demo, 0)
+    with pytest.raises(LabkitError, match="world_size must be at most 8"):
+        dist.run(dist.all_reduce_demo, 9)
+    with pytest.raises(LabkitError, match="fn must be a function of an importable module"):
+        dist.run(lambda rank, world: rank, 2)
+
+
+def test_same_function_runs_under_torchrun_on_loopback():
+    torchrun = Path(sys.executable).parent / "torchrun"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "-m", "labkit.dist"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's workers too, whatever happened
+        except ProcessLookupError:
+            pass
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"sum": 3.0' in done.stdout and '"expected": 3.0' in done.stdout
+
+
+def report_listeners(rank: int, world_size: int) -> list[str]:
+    """(Runs in a rank.) Local addresses of this process's listening TCP sockets, as /proc writes them."""
+    import torch
+    import torch.distributed as tdist
+
+    tdist.all_reduce(torch.ones(4))
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:
+                found.append(cols[1].split(":")[0])
+    return found
+
+
+LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+
+
+def test_every_rank_listens_on_loopback_only():
+    for listeners in dist.run(report_listeners, 2):
+        assert listeners and set(listeners) <= LOOPBACK, listeners
