@@ -161,15 +161,24 @@ def activation_bytes_outside_layers(shape: ModelShape, seq: int, micro_batch: in
     return mask + 2 * act_bytes * sbh + 4 * seq * micro_batch * shape.vocab / tp
 
 
-def in_flight_microbatches(pp: int, microbatches: int, schedule: str = "1f1b") -> float:
-    """Micro-batches of activations the first stage holds (GPipe m; 1F1B min(p, m))."""
+def in_flight_microbatches(pp: int, microbatches: int, schedule: str = "1f1b", chunks: int = 1) -> float:
+    """Micro-batches of a stage's activations the first pipeline rank holds at its peak.
+
+    GPipe keeps all m (Huang et al. 2019); 1F1B at most p (Narayanan et al. 2021).
+    Interleaving v model chunks per rank multiplies p by 1 + (p-1)/(p*v)
+    (Korthikanti et al. 2022, section 4.2.3, where their m is the chunk count v);
+    ``labkit.sim`` shows the factor holds once m >= 2p and is capped below that.
+    """
     require_choice("schedule", schedule, SCHEDULES)
+    require_positive("pp", pp)
+    require_positive("microbatches", microbatches)
+    require_positive("chunks", chunks)
     if pp == 1:
         return 1.0
     if schedule == "gpipe":
         return float(microbatches)
     held = float(min(pp, microbatches))
-    return held * (1 + (pp - 1) / (pp * microbatches)) if schedule == "interleaved" else held
+    return held * (1 + (pp - 1) / (pp * chunks)) if schedule == "interleaved" else held
 
 
 @dataclass(frozen=True)
@@ -190,9 +199,10 @@ class TrainingSetup:
     zero_stage: int = 0
     microbatches: int = 0  # 0 means pp (the smallest count that fills a 1F1B pipeline)
     schedule: str = "1f1b"
+    chunks: int = 1  # model chunks per pipeline rank (v) for the interleaved schedule
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "dp", "tp", "pp"):
+        for name in ("micro_batch", "dp", "tp", "pp", "chunks"):
             require_positive(name, getattr(self, name))
         if self.seq < 0 or isinstance(self.seq, bool) or not isinstance(self.seq, int):
             raise LabkitError(f"seq must be a positive integer or 0 for the model's own (got {self.seq!r})")
@@ -252,7 +262,7 @@ def estimate_memory(setup: TrainingSetup, device_bytes: int | None = None, gpu: 
         setup.tp, setup.sp, setup.recompute, setup.attention,
     )
     layers = shape.layers // setup.pp
-    held = in_flight_microbatches(setup.pp, setup.n_microbatches, setup.schedule)
+    held = in_flight_microbatches(setup.pp, setup.n_microbatches, setup.schedule, setup.chunks)
     outside = activation_bytes_outside_layers(shape, setup.seq_len, setup.micro_batch, prec.activation,
                                               setup.mask_bytes, setup.tp)
     acts = per_layer * layers * held + (outside if setup.pp == 1 else 0.0)

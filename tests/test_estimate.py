@@ -143,13 +143,23 @@ def test_estimate_sums_its_parts_and_fits_means_headroom(shape, b, zero, dp, cap
 
 
 @settings(max_examples=100, deadline=None)
-@given(p=st.integers(1, 64), m=st.integers(1, 256))
-def test_1f1b_never_holds_more_than_gpipe(p, m):
+@given(p=st.integers(1, 64), m=st.integers(1, 256), v=st.integers(1, 8))
+def test_1f1b_never_holds_more_than_gpipe(p, m, v):
     one = in_flight_microbatches(p, m, "1f1b")
     assert one <= in_flight_microbatches(p, m, "gpipe")
     assert one <= p
-    assert in_flight_microbatches(p, m, "interleaved") == pytest.approx(
-        one * (1 + (p - 1) / (p * m)) if p > 1 else 1.0)
+    assert in_flight_microbatches(p, m, "interleaved", v) == pytest.approx(
+        one * (1 + (p - 1) / (p * v)) if p > 1 else 1.0)
+
+
+def test_interleaved_factor_matches_the_simulated_schedule():
+    """Peak chunks in flight at rank 0 of torch's interleaved order, over v chunks: p * (1 + (p-1)/(p*v))."""
+    from labkit.sim import peak_in_flight, schedule
+
+    for p, v in ((2, 2), (4, 2), (4, 3)):
+        m = 2 * p
+        peak_chunks = peak_in_flight(schedule("interleaved", p, m, v)[0])
+        assert peak_chunks / v == pytest.approx(in_flight_microbatches(p, m, "interleaved", v))
 
 
 # ---------------------------------------------------------------- bad input
