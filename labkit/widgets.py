@@ -30,13 +30,62 @@ def verdict(est: MemoryEstimate) -> str:
     return f"{total:.1f} GB per GPU: does not fit on {cap}, short by {-est.headroom_bytes / 1e9:.1f} GB"
 
 
-class MemoryPanel:
+class Panel:
+    """Controls, a one-line message and figures: ``compute()`` does the work, ``update()`` shows it.
+
+    Subclasses build their controls, then call ``_wire(controls, columns)``; their
+    ``compute()`` returns (message HTML, figures) or raises LabkitError, which the
+    panel shows as a message in place of the figures (never a traceback).
+    """
+
+    STYLE = {"description_width": "110px"}
+
+    def _wire(self, controls: list[w.Widget], columns: int = 2) -> None:
+        self.message = w.HTML()
+        self.output = w.Output()
+        self.figures: list[Figure] = []
+        for c in controls:
+            c.observe(lambda _change: self.update(), names="value")
+        per = -(-len(controls) // columns)
+        cols = [w.VBox(controls[i : i + per]) for i in range(0, len(controls), per)]
+        self.ui = w.VBox([w.HBox(cols), self.message, self.output])
+        self.update()
+
+    def compute(self) -> tuple[str, list[Figure]]:
+        raise NotImplementedError
+
+    def update(self) -> bool:
+        """Recompute and redraw; on bad input show the message that names the field. True when it drew."""
+        try:
+            message, figures = self.compute()
+        except LabkitError as err:
+            self.figures = []
+            self.message.value = f"<b style='color:#b00'>bad input:</b> {html.escape(str(err))}"
+            self.output.clear_output()
+            return False
+        self.message.value, self.figures = message, figures
+        self.output.clear_output(wait=True)
+        with self.output:
+            for fig in figures:
+                display(fig)
+        return True
+
+    def _ipython_display_(self) -> None:
+        display(self.ui)
+
+
+def fit_html(ok: bool, text: str) -> str:
+    """A verdict in green (fits) or red (does not), escaped."""
+    return f"<b style='color:{'#070' if ok else '#b00'}'>{html.escape(text)}</b>"
+
+
+class MemoryPanel(Panel):
     """Model preset, micro-batch, sequence, precision, recompute, ZeRO stage, DP degree, GPU."""
 
     def __init__(self, model: str = "llama2-7b", gpu: str = "RTX-4090", micro_batch: int = 1,
                  seq: int = 2048, precision: str = "bf16-mixed", recompute: str = "none",
                  zero_stage: int = 0, dp: int = 1) -> None:
-        style = {"description_width": "110px"}
+        style = self.STYLE
         self.model = w.Dropdown(options=model_names(), value=model_shape(model).name,
                                 description="model", style=style)
         self.gpu = w.Dropdown(options=hardware.load_catalogue().gpu_names(),
@@ -50,16 +99,13 @@ class MemoryPanel:
         self.zero_stage = w.Dropdown(options=list(ZERO_STAGES), value=zero_stage, description="ZeRO stage",
                                      style=style)
         self.dp = w.IntText(value=dp, description="data parallel", style=style)
-        self.message = w.HTML()
-        self.output = w.Output()
-        self.figure: Figure | None = None
         self.estimate: MemoryEstimate | None = None
-        controls = [self.model, self.gpu, self.micro_batch, self.seq, self.precision, self.recompute,
-                    self.zero_stage, self.dp]
-        for c in controls:
-            c.observe(lambda _change: self.update(), names="value")
-        self.ui = w.VBox([w.HBox([w.VBox(controls[:4]), w.VBox(controls[4:])]), self.message, self.output])
-        self.update()
+        self._wire([self.model, self.gpu, self.micro_batch, self.seq, self.precision, self.recompute,
+                    self.zero_stage, self.dp])
+
+    @property
+    def figure(self) -> Figure | None:
+        return self.figures[0] if self.figures else None
 
     def setup(self) -> TrainingSetup:
         return TrainingSetup(
@@ -68,26 +114,12 @@ class MemoryPanel:
             zero_stage=self.zero_stage.value, dp=self.dp.value,
         )
 
-    def update(self) -> MemoryEstimate | None:
-        """Recompute, redraw, and say whether it fits; show the error of bad input instead."""
-        try:
-            device = hardware.gpu(self.gpu.value)
-            est = estimate_memory(self.setup(), device.memory_bytes, device.name)
-        except LabkitError as err:
-            self.estimate, self.figure = None, None
-            self.message.value = f"<b style='color:#b00'>bad input:</b> {html.escape(str(err))}"
-            self.output.clear_output()
-            return None
+    def compute(self) -> tuple[str, list[Figure]]:
+        self.estimate = None
+        device = hardware.gpu(self.gpu.value)
+        est = estimate_memory(self.setup(), device.memory_bytes, device.name)
         self.estimate = est
-        color = "#070" if est.fits else "#b00"
         share = f"activations are {100 * est.activation_share:.0f}% of it"
-        self.message.value = f"<b style='color:{color}'>{html.escape(verdict(est))}</b>; {share}"
-        self.figure = plots.memory_bars({est.setup["shape"]["name"]: est.per_device_bytes},
-                                        capacity_bytes=device.memory_bytes, capacity_label=device.name)
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(self.figure)
-        return est
-
-    def _ipython_display_(self) -> None:
-        display(self.ui)
+        figure = plots.memory_bars({est.setup["shape"]["name"]: est.per_device_bytes},
+                                   capacity_bytes=device.memory_bytes, capacity_label=device.name)
+        return f"{fit_html(bool(est.fits), verdict(est))}; {share}", [figure]
