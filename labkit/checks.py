@@ -44,6 +44,22 @@ def _llama3_mtbf_hours(n_gpus: int = 4096) -> float:
     return trace.mtbf_hours(n_gpus)
 
 
+def _bubble_p8_m32() -> float:
+    from labkit.sim import bubble_fraction
+
+    return bubble_fraction(8, 32)
+
+
+def _zero3_gb_per_gpu() -> float:
+    return sum(model_state_bytes(70_000_000_000, "bf16-mixed", 3, 64).values()) / 1e9
+
+
+def _pipedream_versions_first_stage(p: int = 4) -> float:
+    from labkit.sim import peak_in_flight, schedule
+
+    return float(peak_in_flight(schedule("1f1b", p, 4 * p)[0]))
+
+
 EXERCISES: dict[str, Exercise] = {
     "01.bytes_per_param": Exercise(
         "How many bytes per parameter does mixed-precision Adam hold (weights, gradients, optimizer)?",
@@ -65,6 +81,27 @@ EXERCISES: dict[str, Exercise] = {
         0.0,
         "Compare 4*Psi + 12*Psi/Nd, 2*Psi + 14*Psi/Nd and 16*Psi/Nd with 20e9.",
         "Stage 1 still keeps 16-bit weights and gradients everywhere (31.4 GB); stage 2 gets to 16.6 GB.",
+    ),
+    "02.bubble": Exercise(
+        "What fraction of a 1F1B step is bubble with p = 8 stages and m = 32 micro-batches (a number in 0..1)?",
+        _bubble_p8_m32,
+        0.01,
+        "The bubble is (p-1)/(m+p-1) of the total time, whatever the schedule keeps in memory.",
+        "7/39 = 18%: to get under 5% you need m >= 19(p-1) = 133 micro-batches, or interleaving.",
+    ),
+    "02.zero3_gb": Exercise(
+        "GB per GPU of model states for a 70B model with mixed-precision Adam under ZeRO-3 on 64 GPUs?",
+        _zero3_gb_per_gpu,
+        0.02,
+        "Stage 3 divides all 16 bytes per parameter by Nd: 16 * 70e9 / 64, then divide by 1e9.",
+        "17.5 GB: it fits an 80 GB GPU with room for activations; without ZeRO it is 1,120 GB.",
+    ),
+    "02.pipedream_versions": Exercise(
+        "How many weight versions does PipeDream stash at the FIRST of 4 pipeline stages in its steady state?",
+        _pipedream_versions_first_stage,
+        0.0,
+        "One version per mini-batch whose forward has run and backward has not: how many are in flight at stage 0?",
+        "p = 4: the first stage starts p forwards before its first backward, so it keeps p versions.",
     ),
     "01.mtbf_hours": Exercise(
         "At Llama 3's failure rate, how many hours pass between failures of a job on 4,096 GPUs?",

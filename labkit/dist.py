@@ -121,10 +121,11 @@ def _worker(rank: int, job: _Job) -> None:
 
 
 def _stop(procs: list) -> None:
-    for p in procs:
+    started = [p for p in procs if p.pid is not None]  # one that failed to start cannot be joined
+    for p in started:
         if p.is_alive():
             p.kill()
-    for p in procs:
+    for p in started:
         p.join(timeout=10)
 
 

@@ -56,6 +56,9 @@ def test_exercises_accept_the_right_answer_and_hint_otherwise():
     assert not checks.check("01.mtbf_hours", 3)
     assert not checks.check("01.mtbf_hours", None)
     assert "must be a number" in str(checks.check("01.mtbf_hours", "lots"))
+    assert checks.check("02.bubble", 7 / 39) and not checks.check("02.bubble", 7 / 32)
+    assert checks.check("02.zero3_gb", 17.5) and not checks.check("02.zero3_gb", 1120)
+    assert checks.check("02.pipedream_versions", 4) and not checks.check("02.pipedream_versions", 1)
     with pytest.raises(LabkitError, match="exercise must be one of"):
         checks.check("01.nope", 1)
 

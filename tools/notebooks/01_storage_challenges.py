@@ -6,8 +6,8 @@
 # moments per parameter, and mixed precision adds an fp32 master copy), and the
 # **activations** every layer saves in the forward pass so the backward pass can use
 # them. The first three grow with the model; activations grow with the model *and*
-# with the batch and the sequence length. For GPT-3 175B trained the way Megatron-LM
-# trains it (tensor 8 × pipeline 16 × data 8 on 1,024 A100s), activations are about
+# with the batch and the sequence length. For GPT-3 175B in a Megatron-LM
+# layout (tensor 8 × pipeline 16 × data 8 on 1,024 A100s), labkit predicts activations are about
 # 70% of what each GPU holds.
 #
 # **What you will do.** Train a tiny GPT for real on this CPU, measure what each step
