@@ -171,7 +171,9 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
     value = actual / scale
 
     def shown(x: float) -> str:
-        return f"{x:,.1f} {unit}" if unit else f"{x:,.0f}"
+        if unit:
+            return f"{x:,.1f} {unit}"
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
     if guess is None:
         return Feedback(False, f"No guess committed. {what}: {shown(value)}.")
