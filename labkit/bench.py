@@ -12,6 +12,7 @@ the figures, and the tests never check them:
 from __future__ import annotations
 
 import argparse
+import importlib
 import shutil
 import tempfile
 import time
@@ -28,6 +29,7 @@ from labkit.train import TrainConfig, Trainer
 LABS = Path(__file__).resolve().parent.parent / "labs"
 STATES = ("parameters", "gradients", "optimizer")
 NOTEBOOK_TARGET_S = 120.0
+TOPIC_BENCHES = ("labkit.inter_layer.bench",)  # each has main(quick); imported lazily, topics sit above the core
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _print_overhead(10 if args.quick else 30)
     _print_errors(MICRO_CONFIGS[:4] if args.quick else MICRO_CONFIGS)
+    for name in TOPIC_BENCHES:
+        importlib.import_module(name).main(quick=args.quick)
     if args.notebooks:
         notebooks = sorted(LABS.glob("*.ipynb"))
         if not notebooks:
