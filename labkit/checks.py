@@ -21,7 +21,7 @@ class Exercise:
     answer: Callable[[], float]
     rel_tol: float
     hint: str
-    why: str
+    why: str | Callable[[], str]  # a callable computes its figures with labkit, when it is shown
 
 
 def _smallest_zero_stage(params: float = 7.5e9, dp: int = 64, budget_gb: float = 20.0) -> int:
@@ -50,8 +50,12 @@ def _bubble_p8_m32() -> float:
     return bubble_fraction(8, 32)
 
 
+def _states_gb(params: float, stage: int, dp: int) -> float:
+    return sum(model_state_bytes(int(params), "bf16-mixed", stage, dp).values()) / 1e9
+
+
 def _zero3_gb_per_gpu() -> float:
-    return sum(model_state_bytes(70_000_000_000, "bf16-mixed", 3, 64).values()) / 1e9
+    return _states_gb(70e9, 3, 64)
 
 
 def _pipedream_versions_first_stage(p: int = 4) -> float:
@@ -73,28 +77,32 @@ EXERCISES: dict[str, Exercise] = {
         _gpt3_layer_gb,
         0.02,
         "Use s*b*h*(34 + 5*a*s/h) with h=12288, a=96; then divide by 1e9.",
-        "The 5as/h term is 40 here, bigger than the 34: the attention scores dominate at long sequences.",
+        lambda: f"The 5as/h term is {5 * 96 * 2048 / 12288:.0f} here, more than twice the 34: "
+        "the attention scores dominate at long sequences.",
     ),
     "01.zero_stage": Exercise(
         "Smallest ZeRO stage that puts a 7.5B-parameter model's states under 20 GB per GPU with Nd=64?",
         _smallest_zero_stage,
         0.0,
         "Compare 4*Psi + 12*Psi/Nd, 2*Psi + 14*Psi/Nd and 16*Psi/Nd with 20e9.",
-        "Stage 1 still keeps 16-bit weights and gradients everywhere (31.4 GB); stage 2 gets to 16.6 GB.",
+        lambda: "Stage 1 still keeps 16-bit weights and gradients everywhere "
+        f"({_states_gb(7.5e9, 1, 64):.1f} GB); stage 2 gets to {_states_gb(7.5e9, 2, 64):.1f} GB.",
     ),
     "02.bubble": Exercise(
         "What fraction of a 1F1B step is bubble with p = 8 stages and m = 32 micro-batches (a number in 0..1)?",
         _bubble_p8_m32,
         0.01,
         "The bubble is (p-1)/(m+p-1) of the total time, whatever the schedule keeps in memory.",
-        "7/39 = 18%: to get under 5% you need m >= 19(p-1) = 133 micro-batches, or interleaving.",
+        lambda: f"7/39 = {100 * _bubble_p8_m32():.0f}%: to get it down to 5% you need m = 19(p-1) = 133 "
+        "micro-batches, or interleaving.",
     ),
     "02.zero3_gb": Exercise(
         "GB per GPU of model states for a 70B model with mixed-precision Adam under ZeRO-3 on 64 GPUs?",
         _zero3_gb_per_gpu,
         0.02,
         "Stage 3 divides all 16 bytes per parameter by Nd: 16 * 70e9 / 64, then divide by 1e9.",
-        "17.5 GB: it fits an 80 GB GPU with room for activations; without ZeRO it is 1,120 GB.",
+        lambda: f"{_zero3_gb_per_gpu():.1f} GB: it fits an 80 GB GPU with room for activations; "
+        f"without ZeRO it is {_states_gb(70e9, 0, 64):,.0f} GB.",
     ),
     "02.pipedream_versions": Exercise(
         "How many weight versions does PipeDream stash at the FIRST of 4 pipeline stages in its steady state?",
@@ -146,7 +154,8 @@ def check(key: str, answer: float | None) -> Feedback:
         return Feedback(False, f"The answer must be a number (got {answer!r}). Hint: {ex.hint}")
     right = ex.answer()
     if abs(value - right) <= ex.rel_tol * abs(right) + 1e-12:
-        return Feedback(True, f"Right: {right:.4g}. {ex.why}")
+        why = ex.why() if callable(ex.why) else ex.why
+        return Feedback(True, f"Right: {right:.4g}. {why}")
     direction = "high" if value > right else "low"
     return Feedback(False, f"Not quite: {value:.4g} is too {direction}. Hint: {ex.hint}")
 

@@ -49,6 +49,7 @@ from labkit.errors import LabkitError, require_positive
 
 MAX_LOCAL_RANKS = 8
 FAILURE_GRACE_S = 2.0
+LOOPBACK = "lo0" if sys.platform == "darwin" else "lo"  # the loopback interface's name
 
 
 class WorkerError(RuntimeError):
@@ -96,7 +97,7 @@ def _write(path: Path, payload: Any) -> None:
 
 def _worker(rank: int, job: _Job) -> None:
     _die_with_parent()
-    os.environ.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    os.environ.update(GLOO_SOCKET_IFNAME=LOOPBACK, MASTER_ADDR="127.0.0.1")
     out = Path(job.workdir) / f"rank{rank}.pkl"
     failed_at = None  # taken before the group is torn down, which makes the peers fail too
     try:
@@ -111,13 +112,14 @@ def _worker(rank: int, job: _Job) -> None:
         except BaseException:
             failed_at = time.time()
             raise
-        finally:
-            dist.destroy_process_group()
+        dist.destroy_process_group()
         _write(out, ("ok", result))
     except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
         when = failed_at or time.time()
+        # Report first and leave the group without a clean shutdown: destroying it could wait on
+        # collectives in flight; exiting closes the sockets, which tells the peers at once.
         _write(out, ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), when))
-        raise SystemExit(1) from None
+        os._exit(1)
 
 
 def _stop(procs: list) -> None:
@@ -145,11 +147,12 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
     if getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in getattr(fn, "__qualname__", ""):
         raise LabkitError(f"fn must be a function of an importable module, not {fn!r} (spawn cannot pickle it)")
     workdir = tempfile.mkdtemp(prefix="labkit-dist-")
-    job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed)
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
-             for r in range(world_size)]  # fmt: skip
+    procs: list = []
     try:
+        job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed)
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
+                 for r in range(world_size)]  # fmt: skip
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout
@@ -162,12 +165,21 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
                 rank = pending.pop(sentinel)
                 procs[rank].join(timeout=5)  # reap it, so its exit code is known
                 if procs[rank].exitcode != 0:
-                    wait(list(pending), timeout=FAILURE_GRACE_S)  # let the others report what they saw
+                    _wait_all(procs, FAILURE_GRACE_S)  # let the others report what they saw
                     _raise_first_failure(Path(workdir), procs)
         return [pickle.loads((Path(workdir) / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
     finally:
-        _stop(procs)
-        shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            _stop(procs)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_all(procs: list, seconds: float) -> None:
+    """Wait until every rank has exited, or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _raise_first_failure(workdir: Path, procs: list) -> None:
@@ -179,12 +191,13 @@ def _raise_first_failure(workdir: Path, procs: list) -> None:
     failures = []
     for rank, p in enumerate(procs):
         path = workdir / f"rank{rank}.pkl"
-        if path.exists():
-            status, *rest = pickle.loads(path.read_bytes())
-            if status == "error":
-                failures.append((rest[2], rank, rest[0], rest[1]))
-        elif p.exitcode not in (None, 0):
+        status, *rest = pickle.loads(path.read_bytes()) if path.exists() else ("missing",)
+        if status == "error":
+            failures.append((rest[2], rank, rest[0], rest[1]))
+        elif p.exitcode not in (None, 0):  # died before reporting, or crashed after it
             failures.append((0.0, rank, f"exited with code {p.exitcode} before reporting a result", ""))
+    if not failures:
+        raise WorkerError(-1, "a rank stopped without reporting a result", "")
     _, rank, message, remote = min(failures)
     raise WorkerError(rank, message, remote)
 

@@ -127,3 +127,21 @@ LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFF
 def test_every_rank_listens_on_loopback_only():
     for listeners in dist.run(report_listeners, 2):
         assert listeners and set(listeners) <= LOOPBACK, listeners
+
+
+def test_an_interrupted_run_leaves_no_process_and_no_folder(tmp_path, monkeypatch):
+    import tempfile
+    import threading
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # dist.run's rendezvous folder goes here
+    t0 = time.monotonic()
+    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))  # what the kernel's stop button sends
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            dist.run(dist.faulty_worker, 2, timeout=60, bad_rank=1, mode="hang")
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 30
+    assert not _children()
+    assert not list(tmp_path.glob("labkit-dist-*"))

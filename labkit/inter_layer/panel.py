@@ -13,11 +13,12 @@ from matplotlib.figure import Figure
 
 from labkit import hardware, plots
 from labkit.errors import LabkitError
-from labkit.estimate import SCHEDULES, ZERO_STAGES, TrainingSetup, estimate_memory
+from labkit.estimate import SCHEDULES, ZERO_STAGES, TrainingSetup
 from labkit.inter_layer.scale import PipelinePlan, plan
 from labkit.shapes import model_names, model_shape
 from labkit.widgets import Panel, fit_html
 
+DP_LINK = "ib-hdr"  # data-parallel groups span nodes: their ZeRO traffic crosses the cluster network
 MAX_SIMULATED_ACTIONS = 20_000  # p * m * v * 2 boxes: beyond this the panel asks for fewer micro-batches
 
 
@@ -64,18 +65,18 @@ class PipelinePanel(Panel):
         if setup.shape.layers % (setup.pp * setup.chunks):
             raise LabkitError(f"pp * chunks must divide layers={setup.shape.layers} (got {setup.pp * setup.chunks})")
         gpu = hardware.gpu(self.gpu.value)
-        p = plan(setup, gpu, hardware.link(self.link.value), hardware.link("ib-hdr"))
+        p = plan(setup, gpu, hardware.link(self.link.value), hardware.link(DP_LINK))
         self.plan = p
         gpus = setup.dp * setup.tp * setup.pp
-        est = estimate_memory(setup, gpu.memory_bytes, gpu.name)
         fits = (f"{p.memory_per_gpu / 1e9:.1f} GB per GPU: "
                 + ("fits" if p.fits else "does not fit") + f" on {gpu.name} ({gpu.memory_bytes / 1e9:.0f} GB)")
         text = (f"{fit_html(p.fits, fits)}; {gpus:,} GPUs; bubble {100 * p.bubble_simulated:.1f}% simulated, "
                 f"{100 * p.bubble_formula:.1f}% by (p-1)/(v*m+p-1); step {p.step_seconds:.2f} s "
-                f"(pipeline {p.timeline.makespan:.2f} s + ZeRO traffic {p.zero_seconds:.2f} s), predicted")
+                f"(pipeline {p.timeline.makespan:.2f} s + ZeRO traffic over {DP_LINK} {p.zero_seconds:.2f} s), "
+                "predicted")
         ranks = [s for s in p.timeline.streams if s.startswith("rank")]
         chart = plots.gantt(p.timeline, title=f"{setup.schedule}, p={setup.pp}, m={setup.n_microbatches}"
                             + (f", v={setup.chunks}" if setup.chunks > 1 else "") + " (simulated)", streams=ranks)
-        bars = plots.memory_bars({"per GPU": est.per_device_bytes}, capacity_bytes=gpu.memory_bytes,
+        bars = plots.memory_bars({"per GPU": p.per_device_bytes}, capacity_bytes=gpu.memory_bytes,
                                  capacity_label=gpu.name)
         return text, [chart, bars]

@@ -7,8 +7,8 @@ the forward FLOPs (Narayanan et al., SC 2021) at a fraction of the GPU's peak
 models, same paper), backward twice that; the activations a stage sends on are
 b*s*h 16-bit elements over the link between stages (alpha-beta model). ZeRO's
 traffic per step is 2 Psi (3 Psi at stage 3) elements (Rajbhandari et al.,
-SC 2020), timed as a ring over the data-parallel link, 2(N-1)/N of the volume
-per GPU.
+SC 2020), timed as a ring over the data-parallel link: each GPU sends (N-1)/N
+of that volume.
 """
 
 from __future__ import annotations
@@ -56,8 +56,12 @@ class PipelinePlan:
     bubble_simulated: float
     bubble_formula: float
     zero_seconds: float
-    memory_per_gpu: float
+    per_device_bytes: dict[str, float]
     fits: bool
+
+    @property
+    def memory_per_gpu(self) -> float:
+        return self.per_device_bytes["total"]
 
     @property
     def step_seconds(self) -> float:
@@ -84,5 +88,5 @@ def plan(setup: TrainingSetup, gpu: Device, stage_link: Link | None, dp_link: Li
         setup=setup, times=times, timeline=timeline, bubble_simulated=measured_bubble(timeline),
         bubble_formula=bubble_fraction(p, m, v if kind == "interleaved" else 1),
         zero_seconds=zero_step_seconds(params_per_gpu, setup.dp, setup.zero_stage, dp_link),
-        memory_per_gpu=est.per_device_bytes["total"], fits=bool(est.fits),
+        per_device_bytes=est.per_device_bytes, fits=bool(est.fits),
     )  # fmt: skip

@@ -21,7 +21,7 @@
 # %%
 from labkit import checks, data, hardware, plots, tables
 from labkit.compare import layer_comparison, memory_comparison, setup_for
-from labkit.estimate import TrainingSetup, estimate_memory, training_flops
+from labkit.estimate import TrainingSetup, activation_bytes_per_layer, estimate_memory, training_flops
 from labkit.measure import measure_flops, measure_step, peak_step_bytes, phase_memory
 from labkit.model import GPTConfig
 from labkit.references import failure_traces
@@ -152,10 +152,10 @@ plots.measured_vs_predicted({r.name: (r.measured, r.predicted) for r in layer.ro
 bf16 = Trainer(TrainConfig(model=config.model, precision="bf16-mixed"))
 bf16.step()
 step16 = measure_step(bf16)
-s, b, h, a = config.model.seq_len, 16, config.model.d_model, config.model.n_head
+s, b = config.model.seq_len, config.batch_size
 print(f"model states: {step16.model_states / shape.params:.2f} bytes per parameter (measured)")
-per_layer = step16.activations_per_layer()[0]
-print(f"layer 0 keeps {per_layer:,} bytes (measured); 34sbh + 5as^2b = {34 * s * b * h + 5 * a * s * s * b:,} (paper)")
+per_layer, paper = step16.activations_per_layer()[0], activation_bytes_per_layer(shape, s, b, act_bytes=2)
+print(f"layer 0 keeps {per_layer:,} bytes (measured); 34sbh + 5as^2b = {paper:,.0f} (predicted)")
 print(memory_comparison(step16, setup_for(shape, 16, "bf16-mixed")))
 
 # %% [markdown]
@@ -244,8 +244,9 @@ rtx = hardware.gpu("RTX-4090")
 wish = estimate_memory(TrainingSetup(model_shape("llama2-7b"), micro_batch=1, seq=2048, recompute="full",
                                      attention="fused"), rtx.memory_bytes, rtx.name)
 print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
-print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the 16 bytes/parameter of model states alone are "
-      f"{16 * wish.params / 1e9:.0f} GB")
+states = wish.per_device_bytes["total"] - wish.per_device_bytes["activations"]
+print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the model states alone are {states / 1e9:.0f} GB, "
+      f"{states / rtx.memory_bytes:.1f} times the card")
 checks.reveal_number(predicted_gb_7b, wish.per_device_bytes["total"], "Llama-2 7B needs (predicted)")
 
 # %% [markdown]
@@ -265,7 +266,7 @@ for micro_batch in (16, 4):
 
 # %% [markdown]
 # Shrinking the micro-batch rescues the tiny model because its activations dominate.
-# It cannot rescue the 7B model: its model states alone are four times the card.
+# It cannot rescue the 7B model: its model states alone are several times the card.
 # That is why notebook 02 shards the states (ZeRO) and notebook 04 moves them off the GPU.
 
 # %% [markdown]
@@ -297,7 +298,7 @@ predicted_interruptions = None  # a count
 
 # %%
 llama3 = next(t for t in failure_traces() if t.name == "Llama 3")
-checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1)
+print(checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1))
 print(f"{100 * llama3.hardware_share:.0f}% of them hardware; source: {llama3.source}")
 
 # %%

@@ -2,7 +2,7 @@
 # # 02 · Inter-layer parallelism: ZeRO data parallelism, GPipe and PipeDream
 #
 # **Why it matters.** Notebook 01 showed that a 7B model's *model states* (16 bytes per
-# parameter with mixed-precision Adam) are four times a 24 GB card before a single
+# parameter with mixed-precision Adam) are several times a 24 GB card before a single
 # activation is stored. Plain data parallelism does not help: every GPU keeps a full
 # copy. Two families of techniques split the model *between* GPUs instead:
 #
@@ -77,7 +77,7 @@ print(report.zero_table(results))
 
 # %%
 assert report.worst_zero_error(results) == 0 and report.worst_zero_error(results4) == 0
-share = results4["zero3"][0].held["optimizer"] / results["ddp"][0].held["optimizer"]
+share = sum(results4["zero3"][0].held.values()) / sum(results["ddp"][0].held.values())
 print(f"zero3 on 4 ranks keeps {share:.2f} of DDP's bytes per rank (measured)")
 print(checks.reveal_number(predicted_share_stage3, share, "Share of DDP's bytes per rank under zero3, 4 ranks",
                            "", 1.0))
@@ -103,7 +103,7 @@ for label, losses in curves.items():
     print(f"{label:12}", " ".join(f"{x:.4f}" for x in losses))
 worst = max(abs(a - b) / b for r in results.values() for a, b in zip(r[0].losses, reference, strict=True))
 assert worst < 1e-4
-print(f"largest relative difference from one process: {worst:.1e} (float rounding)")
+print("every strategy's loss is within 1e-4 (relative) of one process at every step: float rounding only")
 
 # %% [markdown]
 # ## 4 · Pipelines: GPipe, 1F1B and interleaved 1F1B with torch.distributed.pipelining
@@ -122,10 +122,11 @@ predicted_1f1b_peak = None  # micro-batches
 
 # %%
 runs2 = pipeline.run_pipelines(2, [pipeline.PipelineConfig("gpipe", 4), pipeline.PipelineConfig("1f1b", 4),
-                                   pipeline.PipelineConfig("interleaved", 4, v=2)])
+                                   pipeline.PipelineConfig("interleaved", 4, v=2), pipeline.PipelineConfig("gpipe", 1),
+                                   pipeline.PipelineConfig("gpipe", 8)])
 runs4 = pipeline.run_pipelines(4, [pipeline.PipelineConfig("gpipe", 8), pipeline.PipelineConfig("1f1b", 8)])
 runs = {"GPipe p=2 m=4": runs2[0], "1F1B p=2 m=4": runs2[1], "interleaved p=2 v=2 m=4": runs2[2],
-        "GPipe p=4 m=8": runs4[0], "1F1B p=4 m=8": runs4[1]}
+        "GPipe p=2 m=1": runs2[3], "GPipe p=2 m=8": runs2[4], "GPipe p=4 m=8": runs4[0], "1F1B p=4 m=8": runs4[1]}
 print(report.pipeline_table(runs))
 print(checks.reveal_number(predicted_gpipe_peak, runs["GPipe p=4 m=8"].peak_microbatches[0],
                            "GPipe, rank 0 (measured)", "micro-batches", 1.0))
@@ -144,9 +145,9 @@ for label, run in runs.items():
     assert run.orders == sim.schedule(run.config.kind, run.p, run.config.m, run.config.v), label
     assert all(abs(a - b) < 0.01 * b for a, b in zip(run.peak_microbatches, run.predicted_microbatches, strict=True))
 print("rank 0, 1F1B p=4 m=8:", " ".join(str(a) for a in runs["1F1B p=4 m=8"].orders[0]))
-print("losses equal one process:", all(
-    abs(a - b) < 1e-5 * abs(b) for run in runs.values()
-    for a, b in zip(run.losses, pipeline.single_process_losses(run.config.steps), strict=True)))
+reference = pipeline.single_process_losses(steps=2)
+assert all(abs(a - b) < 1e-5 * abs(b) for run in runs.values() for a, b in zip(run.losses, reference, strict=True))
+print("every pipeline's losses equal one process's within 1e-5 (relative)")
 
 # %% [markdown]
 # The measured timeline of the last step (wall-clock on a shared 2-core CPU: the
@@ -213,7 +214,7 @@ layouts = {
 }
 plans = {k: scale.plan(v, a100, ib, ib) for k, v in layouts.items()}
 print(tables.text_table(
-    ["layout (predicted)", "bubble sim.", "formula", "step s", "GB per GPU", "fits 80 GB"],
+    ["layout (predicted)", "bubble sim.", "formula", "step s", "GB per GPU", f"fits {a100.memory_bytes / 1e9:.0f} GB"],
     [[k, f"{100 * p.bubble_simulated:.1f}%", f"{100 * p.bubble_formula:.1f}%", f"{p.step_seconds:.2f}",
       f"{p.memory_per_gpu / 1e9:.1f}", "yes" if p.fits else "no"] for k, p in plans.items()]))
 
@@ -233,13 +234,13 @@ print(tables.text_table(
 
 # %%
 try:
-    dist.run(dist.faulty_worker, 2, timeout=30, bad_rank=1, mode="raise")
-except dist.WorkerError as err:
-    print("WorkerError:", err)
+    dist.run(dist.faulty_worker, 2, timeout=90, bad_rank=1, mode="raise")
+except (dist.WorkerError, dist.WorkerTimeout) as err:
+    print(f"{type(err).__name__}: {err}")
 try:
-    dist.run(dist.faulty_worker, 2, timeout=5, bad_rank=1, mode="hang")
-except dist.WorkerTimeout as err:
-    print("WorkerTimeout:", err)
+    dist.run(dist.faulty_worker, 2, timeout=8, bad_rank=1, mode="hang")
+except (dist.WorkerError, dist.WorkerTimeout) as err:
+    print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
 # ## 8 · Design: a pipeline that fits and has a small bubble
