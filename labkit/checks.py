@@ -142,6 +142,11 @@ class Feedback:
         p.text(self.message)
 
 
+def register(key: str, exercise: Exercise) -> None:
+    """Add a topic's exercise: topic modules sit above this one, so they register themselves here."""
+    EXERCISES[key] = exercise
+
+
 def check(key: str, answer: float | None) -> Feedback:
     """Feedback on ``answer`` to exercise ``key``: right (with why) or a hint."""
     require_choice("exercise", key, EXERCISES)

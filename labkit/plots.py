@@ -146,3 +146,21 @@ def gantt(timeline: Timeline, title: str = "Pipeline schedule (simulated)", time
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def mode_bars(rows: Mapping[str, tuple[float, float]], highlight: str | None = None,
+              title: str = "Tensor-parallel modes (predicted)") -> Figure:
+    """Two bar charts side by side: communication seconds and bytes held per device, one bar per mode."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8.0, 3.0))
+    labels = list(rows)
+    colors = ["#C44E52" if label == highlight else "#4C72B0" for label in labels]
+    left.bar(labels, [rows[k][0] * 1e3 for k in labels], color=colors)
+    left.set_ylabel("communication (ms)")
+    right.bar(labels, [rows[k][1] / 1e6 for k in labels], color=colors)
+    right.set_ylabel("held per device (MB, 1e6 bytes)")
+    for ax in (left, right):
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig

@@ -4,6 +4,7 @@ import pytest
 
 from labkit import checks
 from labkit.errors import LabkitError
+from labkit.intra_layer import exercises as _exercises_03  # noqa: F401 - registers the 03.* exercises
 from labkit.tables import estimate_table, text_table
 from labkit.widgets import MemoryPanel
 
@@ -59,6 +60,10 @@ def test_exercises_accept_the_right_answer_and_hint_otherwise():
     assert checks.check("02.bubble", 7 / 39) and not checks.check("02.bubble", 7 / 32)
     assert checks.check("02.zero3_gb", 17.5) and not checks.check("02.zero3_gb", 1120)
     assert checks.check("02.pipedream_versions", 4) and not checks.check("02.pipedream_versions", 1)
+    assert checks.check("03.allreduces", 4) and not checks.check("03.allreduces", 2)
+    assert checks.check("03.act_share_2d", 1 / 16) and not checks.check("03.act_share_2d", 1)
+    gb = 2048 * 12288 * (34 / 8 + 5 * 96 * 2048 / (12288 * 8)) / 1e9
+    assert checks.check("03.gpt3_tp8_sp_gb", gb) and "8x less" in str(checks.check("03.gpt3_tp8_sp_gb", gb))
     with pytest.raises(LabkitError, match="exercise must be one of"):
         checks.check("01.nope", 1)
 

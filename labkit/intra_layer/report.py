@@ -1,0 +1,82 @@
+"""Text tables of notebook 03: tensor parallelism measured beside predicted, and which mode wins at scale.
+
+Formatting only: the measurements come from ``megatron`` and ``multidim``, the predictions from
+``labkit.estimate`` (Korthikanti et al.) and ``costs`` (this lab's count of its own implementation).
+"""
+
+from __future__ import annotations
+
+from labkit.hardware import Device, Link
+from labkit.intra_layer import costs, megatron, multidim
+from labkit.tables import text_table
+
+
+def megatron_table(results: dict[str, list[megatron.RankResult]], rank: int = 0) -> str:
+    """Parameter bytes, activation bytes of layer 0 and collectives per kind for one rank of each run."""
+    rows = []
+    for label, ranks in results.items():
+        for r in megatron.compare([ranks[rank]]):
+            if r.category.startswith("activation bytes, layer") and not r.category.endswith(" 0"):
+                continue
+            paper = "-" if r.paper is None else f"{r.paper:,.0f}"
+            rows.append([label, r.category, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
+    return text_table(["run", f"rank {rank}", "measured", "predicted", "paper"], rows)
+
+
+def worst_megatron_error(results: dict[str, list[megatron.RankResult]]) -> float:
+    """Largest |measured - predicted| over every rank and row (0 when the count is exact)."""
+    return max(abs(r.measured - r.predicted) for ranks in results.values() for r in megatron.compare(ranks))
+
+
+def multidim_table(runs: list[list[dict]], rank: int = 0) -> str:
+    """Bytes held and bytes moved per phase, one rank of each mode: measured beside ``costs``."""
+    rows = []
+    for ranks in runs:
+        r, c = ranks[rank], multidim.predicted(ranks[rank])
+        label = costs.grid(r["mode"], r["world_size"], r["depth"]).label
+        moved = {ph: sum(x[2] for x in r[ph]) for ph in ("forward", "backward")}
+        rows.append([label, r["weight_bytes"], c.weight_bytes, r["activation_bytes"], c.activation_bytes,
+                     moved["forward"] + moved["backward"],
+                     sum(x.nbytes for x in c.calls()), len(r["forward"]) + len(r["backward"])])
+    return text_table(["mode (P)", "weights", "predicted", "activations", "predicted", "bytes moved",
+                       "predicted", "calls"], rows)
+
+
+def worst_multidim_error(runs: list[list[dict]]) -> int:
+    return max(abs(row.measured - row.predicted) for ranks in runs for row in multidim.compare(ranks))
+
+
+def winners(device_counts: list[int], links: list[Link], batch: int, hidden: int, ffn: int, gpu: Device,
+            efficiency: float = 0.5) -> str:
+    """For each device count: compute time of one MLP block per device, and per link the fastest mode's
+    communication time (predicted). Communication that exceeds compute cannot be hidden behind it."""
+    rows = []
+    for p in device_counts:
+        flops = 3 * 2 * 2 * batch * hidden * ffn / p  # two matrix multiplies, forward + backward (2x)
+        row: list[object] = [p, f"{1e3 * flops / (gpu.peak_flops['bf16'] * efficiency):.2f} ms"]
+        for link in links:
+            best = costs.rank_modes(p, link, batch, hidden, ffn)[0]
+            row.append(f"{best.label}: {1e3 * best.seconds:.2f} ms" if not best.error else "-")
+        rows.append(row)
+    return text_table(["devices", f"compute on {gpu.name}", *(f"comm. over {li.name}" for li in links)], rows)
+
+
+def megatron_max_error(results: dict[str, list[megatron.RankResult]], reference: dict) -> float:
+    """Largest absolute difference of any rank's logits or gradients from the single-process model."""
+    worst = 0.0
+    for ranks in results.values():
+        for r in ranks:
+            worst = max(worst, float((r.logits - reference["logits"]).abs().max()))
+            worst = max(worst, *(float((r.grads[k] - g).abs().max()) for k, g in reference["grads"].items()))
+    return worst
+
+
+def published_table(cases: list[tuple[str, int, int]], batch: int = 64, hidden: int = 64, ffn: int = 64) -> str:
+    """Memory per device relative to one device: this implementation (``costs``) beside Colossal-AI's table."""
+    rows = []
+    for mode, p, depth in cases:
+        mine, table = costs.ratios(mode, p, batch, hidden, ffn, depth), costs.published(mode, p, depth)
+        label = costs.grid(mode, p, depth).label
+        rows.append([label, str(mine["parameters"]), str(table["parameters"]), str(mine["activations"]),
+                     str(table["activations"])])
+    return text_table(["mode", "weights (ours)", "(published)", "activations (ours)", "(published)"], rows)

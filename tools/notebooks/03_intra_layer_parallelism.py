@@ -1,0 +1,177 @@
+# %% [markdown]
+# # 03 · Intra-layer parallelism: Megatron 1D, 2D, 2.5D and 3D tensor parallelism
+#
+# **Why it matters.** Pipelines (notebook 02) cut a model *between* layers; when one
+# layer is itself too big, or its activations are, the layer's matrices must be cut.
+# Megatron-LM (Shoeybi et al., 2019) splits each MLP and attention block column-wise
+# then row-wise over t GPUs (**1D**): weights shrink by t, but every GPU still keeps the
+# full layer input, and each layer costs 4 all-reduces of b·s·h per micro-batch.
+# Sequence parallelism (Korthikanti et al., 2022) splits what 1D replicates. **2D**
+# (SUMMA, Optimus), **2.5D** (Tesseract) and **3D** (Bian et al.) split activations as
+# well as weights over a grid of devices, and pay in more, smaller messages.
+#
+# Everything below runs for real on local process groups (gloo on 127.0.0.1) and is
+# measured beside the formulas (predicted by labkit). The picture (predicted): one
+# GPT-3 175B layer's activations per GPU, by tensor-parallel degree.
+
+# %%
+from labkit import checks, hardware, plots
+from labkit.estimate import activation_bytes_per_layer
+from labkit.intra_layer import costs, megatron, multidim, report
+from labkit.intra_layer import exercises as _exercises  # noqa: F401  (registers the 03.* exercises)
+from labkit.intra_layer.panel import TensorParallelPanel
+from labkit.shapes import model_shape
+
+gpt3 = model_shape("gpt3-175b")
+bars = {f"t={t}" + (" +sp" if sp else ""): {"activations": activation_bytes_per_layer(gpt3, 2048, 1, tp=t, sp=sp)}
+        for t, sp in ((1, False), (2, False), (8, False), (8, True))}
+plots.memory_bars(bars, title="GPT-3 175B, one layer, s=2048, b=1 (predicted)")
+
+# %% [markdown]
+# ## 1 · Predict
+#
+# The tiny GPT (2 layers, hidden 32, 4 heads) is split over 4 ranks with Megatron 1D.
+# **What share of the one-GPU activation bytes of a layer does each rank keep, without
+# sequence parallelism?** (Think about what stays replicated: the LayerNorm inputs,
+# the inputs of the column-parallel layers, the dropout masks.)
+
+# %%
+predicted_act_share_tp4 = None  # a fraction, e.g. 0.25
+
+# %% [markdown]
+# ## 2 · Measure: Megatron 1D and sequence parallelism with DTensor
+#
+# torch's `ColwiseParallel` / `RowwiseParallel` (and `SequenceParallel`) split the real
+# model; labkit counts each rank's parameter bytes (local shards), the bytes autograd
+# keeps per layer, and every collective of one forward and backward.
+
+# %%
+jobs = [{"sp": False}, {"sp": True}]
+tp2, tp4 = megatron.run_jobs(jobs, 2), megatron.run_jobs(jobs, 4)
+results = {"t=2": tp2[0], "t=2 +sp": tp2[1], "t=4": tp4[0], "t=4 +sp": tp4[1]}
+print(report.megatron_table({k: v for k, v in results.items() if k.startswith("t=4")}))
+
+# %% [markdown]
+# ## 3 · Explain
+#
+# `predicted` is labkit's count of what torch runs; `paper` is Korthikanti et al.'s
+# per-layer formula, s·b·h·(10 + 24/t + 5as/(ht)) bytes at 16 bits, here in fp32 with
+# 1-byte masks, and Megatron's 4 all-reduces of b·s·h per layer. The two differ only
+# where the papers leave something out: LayerNorm's mean and 1/std per token, and the
+# collectives of the embedding, the vocabulary-parallel loss and the optimizer step.
+
+# %%
+assert report.worst_megatron_error(results) == 0
+share = results["t=4"][0].activation_bytes[0] / megatron.activation_bytes(1)["exact"]
+print(checks.reveal_number(predicted_act_share_tp4, share, "Share kept per rank at t=4 (measured)", "", 1.0))
+reference = megatron.single_process()
+assert report.megatron_max_error(results, reference) < 1e-5
+print("every rank's logits and gradients equal one process's within 1e-5 (absolute), at t=2 and t=4, with and"
+      " without sequence parallelism")
+
+# %% [markdown]
+# Not 1/4: without sequence parallelism, 10 of the 34 s·b·h per layer (LayerNorm and
+# column-layer inputs, dropout masks) stay whole on every rank. With it, they split too
+# (`t=4 +sp` above), which is why Megatron-LM turns it on with tensor parallelism.
+#
+# ## 4 · Beyond 1D: 2D, 2.5D and 3D, written by hand
+#
+# No library ships these modes for PyTorch process groups, so labkit writes them (see
+# `labkit.intra_layer.multidim`): SUMMA broadcasts and reduces along the rows and columns
+# of a q×q grid; 2.5D stacks d such grids and splits the batch over them; 3D splits over
+# a q×q×q cube with all-gathers and reduce-scatters. **Predict:** on 8 devices, which of
+# 1D, 2.5D (d=2, q=2) and 3D keeps the fewest activation bytes per device?
+
+# %%
+predicted_least_activations = None  # "1d", "2.5d" or "3d"
+
+# %% [markdown]
+# One MLP block (Linear h→4h, GeLU, Linear 4h→h), forward and backward, on 4 and on 8
+# real processes (measured), beside labkit's count of the same algorithm (predicted):
+
+# %%
+runs4 = multidim.run_modes(4, [{"mode": "1d"}, {"mode": "2d"}])
+runs8 = multidim.run_modes(8, [{"mode": "1d"}, {"mode": "2.5d", "depth": 2}, {"mode": "3d"}])
+print(report.multidim_table(runs4 + runs8))
+assert report.worst_multidim_error(runs4 + runs8) == 0
+assert all(err < 1e-5 for ranks in runs4 + runs8 for err in multidim.max_error(ranks).values())
+print("every mode's Y, dX, dW and db equal the unsplit computation within 1e-5 (absolute)")
+print(f"you said {predicted_least_activations}; activation bytes per device on 8 devices (measured):",
+      ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,}" for r in runs8))
+
+# %% [markdown]
+# 2.5D with d = 2, q = 2 and 3D with q = 2 tie: 1/(d·q²) = 1/q³ = 1/8 of one device's
+# activations, against 1D's full copy. Their scaling is the published one (Colossal-AI's
+# tables of the four modes): weights per device 1/P, 1/q², 1/q², 1/q³ and activations 1, 1/q², 1/(dq²), 1/q³ of one
+# device's (computed by labkit's count, which the runs above match byte for byte):
+
+# %%
+print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]))
+
+# %% [markdown]
+# The price is in messages: 1D sends two all-reduces per block; 2D's SUMMA sends 2q
+# broadcasts or reduces per matrix multiply, three multiplies per layer; and the grid
+# modes move blocks of the weights as well as of the activations.
+#
+# ## 5 · Scale: which mode wins, and where
+#
+# One GPT-3 175B MLP block (h = 12,288, b·s = 2,048 tokens, 16-bit) on A100s: compute
+# time per device at half of peak beside the fastest mode's communication over NVLink,
+# PCIe 4 and InfiniBand HDR (predicted by labkit's count and the alpha-beta link model):
+
+# %%
+links = [hardware.link(n) for n in ("nvlink3", "pcie4-x16", "ib-hdr")]
+print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, hardware.gpu("A100-80GB")))
+
+# %% [markdown]
+# Over NVLink, communication is a few per cent of compute at any degree; over PCIe or
+# InfiniBand it catches up with compute around 16 devices and passes it beyond. This is
+# the seed's rule of thumb made visible: **tensor parallelism inside an NVLink group,
+# pipeline parallelism (one activation per micro-batch per stage boundary) across the
+# slower links.**
+#
+# 1D wins every cell here because a GPT-3 block's weights (h × 4h) are larger than its
+# activations at 2,048 tokens, and the grid modes move weight blocks. With many tokens
+# and a small hidden size (65,536 tokens of h = 1,024: long sequences, or big
+# micro-batches) the activations dominate, and the grid modes, which split them, win:
+
+# %%
+print(report.winners([8, 16, 64], links, 65536, 1024, 4 * 1024, hardware.gpu("A100-80GB")))
+#
+# ## 6 · Break it
+#
+# The grid modes do not run on every device count, and Megatron cannot split a head in
+# two. labkit refuses such layouts before it starts a process, with the reason:
+
+# %%
+for bad in (lambda: costs.check("2d", 8, 64, 64, 256), lambda: costs.check("3d", 16, 64, 64, 256),
+            lambda: megatron.run_tp(3)):
+    try:
+        bad()
+    except Exception as err:  # LabkitError
+        print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# And a layout that runs but stalls: 64-way tensor parallelism across InfiniBand spends
+# more time communicating than computing (the table above): the GPUs wait.
+#
+# ## 7 · Design: pick a mode
+#
+# Mode, device count, hidden size, tokens per micro-batch and link (predicted). Find the
+# mode with the least communication on 16 devices over PCIe; then the one with the least
+# memory. Are they the same?
+
+# %% tags=["nbval-ignore-output"]
+TensorParallelPanel(mode="2d", devices=16, hidden=12288, batch=2048, link="nvlink3")
+
+# %% [markdown]
+# ## 8 · Check yourself
+
+# %%
+checks.check("03.allreduces", None)
+
+# %%
+checks.check("03.act_share_2d", None)
+
+# %%
+checks.check("03.gpt3_tp8_sp_gb", None)
