@@ -203,14 +203,16 @@ def _raise_first_failure(workdir: Path, procs: list) -> None:
 
 
 def main_under_torchrun(fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """Run ``fn`` on this rank of a torchrun job (gloo on CPUs, NCCL on GPUs); rank 0 prints the result.
+    """Run ``fn`` on this rank of a torchrun job; rank 0 prints the result as JSON.
 
-    torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; on a GPU
-    cluster the same code runs with NCCL, unchanged.
+    torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Where CUDA exists the
+    group carries CPU tensors over gloo and CUDA tensors over NCCL, so the lab's
+    CPU-resident examples run unchanged on a GPU cluster, and a worker that moves its
+    model to ``cuda`` gets NCCL.
     """
     import json
 
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"  # each tensor on its own device's backend
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
