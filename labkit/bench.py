@@ -29,7 +29,8 @@ from labkit.train import TrainConfig, Trainer
 LABS = Path(__file__).resolve().parent.parent / "labs"
 STATES = ("parameters", "gradients", "optimizer")
 NOTEBOOK_TARGET_S = 120.0
-TOPIC_BENCHES = ("labkit.inter_layer.bench", "labkit.intra_layer.bench")  # each has main(quick); imported lazily, topics sit above the core
+# Each topic's figures: a module with main(quick), imported lazily by name (topics sit above the core).
+TOPIC_BENCHES = ("labkit.inter_layer.bench", "labkit.intra_layer.bench")
 
 
 @dataclass(frozen=True)
