@@ -207,3 +207,20 @@ def count_parameters(model: nn.Module) -> int:
     for p in model.parameters():
         seen[id(p)] = p.numel()
     return sum(seen.values())
+
+
+def config_from(defaults: dict, overrides: dict | None = None, *, no_dropout: str = "") -> GPTConfig:
+    """A ``GPTConfig`` from a topic's defaults updated by a learner's dict, checked field by field.
+
+    An unknown field names the allowed ones. With ``no_dropout`` (the reason, e.g. "ranks must agree"),
+    a dropout other than 0 is refused: distributed runs compare against one process bit for bit.
+    """
+    spec = {**defaults, **(overrides or {})}
+    allowed = list(GPTConfig.__dataclass_fields__)
+    unknown = sorted(set(spec) - set(allowed))
+    if unknown:
+        raise LabkitError(f"model has unknown field(s) {', '.join(unknown)}: allowed {', '.join(allowed)}")
+    cfg = GPTConfig(**spec)
+    if no_dropout and cfg.dropout != 0.0:
+        raise LabkitError(f"model dropout must be 0.0: {no_dropout} (got {cfg.dropout})")
+    return cfg

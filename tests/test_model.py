@@ -54,3 +54,13 @@ def test_too_long_sequence_is_refused():
     model = TinyGPT(GPTConfig(**SMALL))
     with pytest.raises(LabkitError, match="seq_len"):
         model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_config_from_names_unknown_fields_and_refuses_dropout_when_asked():
+    from labkit.model import config_from
+
+    assert config_from({"d_model": 32, "n_head": 2}, {"n_layer": 3}).n_layer == 3
+    with pytest.raises(LabkitError, match="unknown field.*layers: allowed vocab_size"):
+        config_from({}, {"layers": 2})
+    with pytest.raises(LabkitError, match="model dropout must be 0.0: ranks must agree"):
+        config_from({"dropout": 0.1}, no_dropout="ranks must agree")

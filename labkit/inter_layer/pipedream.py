@@ -48,7 +48,7 @@ from torch.func import functional_call
 from labkit import dist as labdist
 from labkit.data import batches, vocab_size
 from labkit.errors import LabkitError, require_choice, require_divides, require_positive
-from labkit.model import GPTConfig, TinyGPT
+from labkit.model import GPTConfig, TinyGPT, config_from
 from labkit.sim import schedule
 
 STASH_MODES = ("pipedream", "2bw", "none")
@@ -57,15 +57,8 @@ DEFAULT_MODEL: dict[str, Any] = {"n_layer": 4, "n_head": 4, "d_model": 64, "seq_
 
 def model_config(model: dict[str, Any] | None = None) -> GPTConfig:
     """The GPT of ``DEFAULT_MODEL`` updated by ``model``; dropout must be 0 (a mask would need stashing too)."""
-    spec = {"vocab_size": vocab_size(), "dropout": 0.0, **DEFAULT_MODEL, **(model or {})}
-    unknown = sorted(set(spec) - set(GPTConfig.__dataclass_fields__))
-    if unknown:
-        raise LabkitError(f"model has unknown field(s) {', '.join(unknown)}: allowed "
-                          f"{', '.join(GPTConfig.__dataclass_fields__)}")
-    cfg = GPTConfig(**spec)
-    if cfg.dropout != 0.0:
-        raise LabkitError(f"model['dropout'] must be 0.0: a dropout mask would need stashing too (got {cfg.dropout})")
-    return cfg
+    return config_from({"vocab_size": vocab_size(), "dropout": 0.0, **DEFAULT_MODEL}, model,
+                       no_dropout="a dropout mask would need stashing too")
 
 
 def check_options(p: int, minibatches: int, stash: str, cfg: GPTConfig, every: int = 0) -> int:

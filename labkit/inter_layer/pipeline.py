@@ -41,8 +41,8 @@ import torch.nn.functional as F
 
 from labkit import dist as ldist
 from labkit.data import batches, vocab_size
-from labkit.errors import LabkitError, require_divides, require_positive
-from labkit.model import GPTConfig, TinyGPT
+from labkit.errors import require_divides, require_positive
+from labkit.model import GPTConfig, TinyGPT, config_from
 from labkit.sim import Action, Event, Timeline, bubble_fraction, schedule
 
 DEFAULT_MODEL: dict[str, Any] = {"seq_len": 32, "n_layer": 4, "n_head": 2, "d_model": 32, "dropout": 0.0}
@@ -51,10 +51,8 @@ LR = 3e-3
 
 def model_config(model: dict[str, Any] | None = None) -> GPTConfig:
     """The GPT of a pipeline run: ``DEFAULT_MODEL`` updated by ``model``; dropout must stay 0."""
-    cfg = GPTConfig(**{"vocab_size": vocab_size(), **DEFAULT_MODEL, **(model or {})})
-    if cfg.dropout != 0.0:
-        raise LabkitError(f"model dropout must be 0.0 in a pipeline run, so it matches one process (got {cfg.dropout})")
-    return cfg
+    return config_from({"vocab_size": vocab_size(), **DEFAULT_MODEL}, model,
+                       no_dropout="a pipeline run must match one process")
 
 
 def check_pipeline(kind: str, p: int, m: int, v: int, cfg: GPTConfig, batch_size: int, steps: int = 1) -> None:

@@ -42,10 +42,10 @@ from torch.utils._pytree import tree_leaves
 
 from labkit import dist as ldist
 from labkit.data import batches
-from labkit.errors import LabkitError, require_choice, require_divides, require_positive
+from labkit.errors import require_choice, require_divides, require_positive
 from labkit.estimate import model_state_bytes, zero_communication_elements
 from labkit.measure import _unique_bytes
-from labkit.model import GPTConfig, TinyGPT, count_parameters
+from labkit.model import GPTConfig, TinyGPT, config_from, count_parameters
 from labkit.train import TrainConfig, Trainer
 
 STRATEGIES = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -66,10 +66,7 @@ def _kind(name: str) -> str:
 
 def model_config(model: dict | None = None) -> GPTConfig:
     """The tiny GPT used here (``MODEL`` updated by ``model``); dropout must be 0 so ranks agree."""
-    cfg = GPTConfig(**{**MODEL, **(model or {})})
-    if cfg.dropout != 0.0:
-        raise LabkitError(f"dropout must be 0.0 for loss curves to match across strategies (got {cfg.dropout})")
-    return cfg
+    return config_from(MODEL, model, no_dropout="loss curves must match across strategies")
 
 
 def check(strategy: str, world_size: int, batch_size: int, steps: int) -> None:

@@ -57,7 +57,7 @@ from labkit.data import batches
 from labkit.errors import require_choice, require_divides, require_positive
 from labkit.estimate import activation_bytes_per_layer
 from labkit.measure import SavedTensor
-from labkit.model import GPTConfig, SelfAttention, TinyGPT
+from labkit.model import GPTConfig, SelfAttention, TinyGPT, config_from
 from labkit.shapes import ModelShape
 
 MODEL = {"vocab_size": 64, "seq_len": 64, "n_layer": 2, "n_head": 4, "d_model": 32, "dropout": 0.0}
@@ -70,7 +70,7 @@ Comm = dict[str, dict[str, int]]  # kind -> {"calls", "elements", "bytes"}
 
 def model_config(model: dict | None = None) -> GPTConfig:
     """The tiny GPT used here: ``MODEL`` updated by ``model`` (explicit attention, 1-byte masks)."""
-    return GPTConfig(**{**MODEL, **(model or {})})
+    return config_from(MODEL, model)
 
 
 def check(world_size: int, cfg: GPTConfig, sp: bool, batch_size: int, tp: int = 0) -> int:
