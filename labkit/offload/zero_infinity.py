@@ -1,0 +1,283 @@
+"""ZeRO-Infinity: model states on NVMe as real files, streamed layer by layer with prefetch.
+
+Rajbhandari et al., "ZeRO-Infinity: Breaking the GPU Memory Wall for Extreme Scale Deep
+Learning", SC 2021. Model states (16-bit parameters, fp32 master weights, Adam's moments)
+live on NVMe; each layer's 16-bit parameters are fetched just before the layer runs and
+dropped after it, the next layer's read overlapping this layer's compute; the optimizer
+step reads and writes one layer's states at a time. Activations are checkpointed at layer
+boundaries (as in the paper) and the layer is recomputed in backward, with its dropout
+randomness replayed, so the result equals the in-memory run bit for bit.
+
+Parameter groups: each transformer block is one group, streamed; the embeddings and the
+final norm (``outer``, the tied ``wte`` is used at both ends of the model) are fetched once
+per step and kept until its end. Files per group: ``p16`` (bf16), ``master``, ``exp_avg``,
+``exp_avg_sq`` (fp32), each a flat concatenation of the group's tensors.
+
+Bytes per step, exactly (Psi parameters, Psi_b of them in blocks)::
+
+    read  = 2 Psi (forward) + 2 Psi_b (backward re-fetch) + 12 Psi (optimizer states)
+    write = 12 Psi (optimizer states) + 2 Psi (updated 16-bit parameters)
+
+On disk: 14 bytes/param. The paper's 20 bytes/param also counts 16-bit gradients (2) and
+fp32 gradients (4); here those live in memory for one group at a time (a group's step runs
+as soon as its backward is done), so they never reach the disk.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from labkit.errors import LabkitError, require_positive
+from labkit.hardware import gpu, tier
+from labkit.model import count_parameters
+from labkit.offload.disk import DiskBandwidth, DiskStore, measure_disk
+from labkit.references import headline
+from labkit.train import TrainConfig, Trainer
+
+STATE_KINDS = ("master", "exp_avg", "exp_avg_sq")
+PAPER_BYTES_PER_PARAM = 20  # 2 + 2 (16-bit p, g) + 4 + 4 + 4 + 4 (fp32 p, m, v, g), Rajbhandari et al. 2021
+
+
+def io_bytes_per_step(params: int, block_params: int) -> dict[str, int]:
+    """Exact bytes this implementation reads and writes per step (see the module docstring)."""
+    require_positive("params", params)
+    return {"read": 2 * params + 2 * block_params + 12 * params, "write": 12 * params + 2 * params}
+
+
+class _Group:
+    """One streamed unit: its parameters, flat sizes, and the Adam step count."""
+
+    def __init__(self, name: str, params: list[nn.Parameter]) -> None:
+        self.name = name
+        self.params = params
+        self.shapes = [p.shape for p in params]
+        self.sizes = [p.numel() for p in params]
+        self.numel = sum(self.sizes)
+        self.step = 0
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        return [t.view(s) for t, s in zip(flat.split(self.sizes), self.shapes, strict=True)]
+
+
+class ZeroInfinityTrainer:
+    """A bf16 TinyGPT whose model states live in a :class:`DiskStore` between uses."""
+
+    def __init__(self, cfg: TrainConfig, store: DiskStore) -> None:
+        if cfg.precision != "bf16-mixed":
+            raise LabkitError(f"precision must be bf16-mixed for ZeRO-Infinity (got {cfg.precision!r})")
+        self.cfg, self.store = cfg, store
+        base = Trainer(cfg)  # same seed, init and batches as the in-memory run
+        self.model, self.data = base.model, base.data
+        m = self.model
+        self.blocks = [_Group(f"block{i}", list(b.parameters())) for i, b in enumerate(m.h)]
+        seen = {id(p) for g in self.blocks for p in g.params}
+        self.outer = _Group("outer", [p for p in m.parameters() if id(p) not in seen])
+        self.params = count_parameters(m)
+        self.block_params = sum(g.numel for g in self.blocks)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labkit-prefetch")
+        for g in [self.outer, *self.blocks]:
+            flat16 = torch.cat([p.detach().reshape(-1) for p in g.params])
+            store.write(f"{g.name}.p16", flat16)
+            store.write(f"{g.name}.master", flat16.float())
+            zeros = torch.zeros(g.numel)
+            store.write(f"{g.name}.exp_avg", zeros)
+            store.write(f"{g.name}.exp_avg_sq", zeros)
+            self._release(g)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---- moving a group's parameters in and out of the "device" ----
+    def _prefetch(self, g: _Group) -> Future:
+        return self._pool.submit(self.store.read, f"{g.name}.p16")
+
+    @staticmethod
+    def _install(g: _Group, fut: Future) -> None:
+        for p, v in zip(g.params, g.views(fut.result()), strict=True):
+            p.data = v
+
+    @staticmethod
+    def _release(g: _Group) -> None:
+        for p in g.params:
+            p.data = torch.empty(0, dtype=p.dtype)
+            p.grad = None
+
+    @torch.no_grad()
+    def _optimizer_step(self, g: _Group, states: list[Future]) -> None:
+        """AdamW on the group's fp32 states, read from disk and written back (per-tensor math)."""
+        master, exp_avg, exp_avg_sq = (f.result() for f in states)
+        mv, av, sv = g.views(master), g.views(exp_avg), g.views(exp_avg_sq)
+        opt = torch.optim.AdamW(mv, lr=self.cfg.lr, weight_decay=0.0, foreach=False)
+        for p, m, a, s in zip(g.params, mv, av, sv, strict=True):
+            m.grad = None if p.grad is None else p.grad.float()
+            opt.state[m] = {"step": torch.tensor(float(g.step)), "exp_avg": a, "exp_avg_sq": s}
+        opt.step()
+        g.step += 1
+        for kind, flat in zip(STATE_KINDS, (master, exp_avg, exp_avg_sq), strict=True):
+            self.store.write(f"{g.name}.{kind}", flat)
+        self.store.write(f"{g.name}.p16", master.to(torch.bfloat16))
+
+    def _read_states(self, g: _Group) -> list[Future]:
+        return [self._pool.submit(self.store.read, f"{g.name}.{k}") for k in STATE_KINDS]
+
+    def step(self, i: int) -> float:
+        """One training step on batch ``i``, streaming every layer from disk and back."""
+        m, blocks = self.model, self.blocks
+        m.train()
+        idx, y = self.data(i)
+        pos = torch.arange(idx.size(1))
+        rng_start = torch.get_rng_state()
+        self._install(self.outer, self._prefetch(self.outer))
+        nxt = self._prefetch(blocks[0])
+        with torch.no_grad():
+            x = m.drop(m.wte(idx) + m.wpe(pos))
+        ckpts, rngs = [x], []
+        for k, g in enumerate(blocks):
+            self._install(g, nxt)
+            nxt = self._prefetch(blocks[k + 1] if k + 1 < len(blocks) else blocks[-1])
+            rngs.append(torch.get_rng_state())
+            with torch.no_grad():
+                x = m.h[k](x)
+            ckpts.append(x)
+            self._release(g)
+        x_last = x.detach().requires_grad_(True)
+        logits = m.lm_head(m.ln_f(x_last))
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+        loss.backward()
+        rng_end = torch.get_rng_state()
+        grad = x_last.grad
+        for k in reversed(range(len(blocks))):
+            g = blocks[k]
+            self._install(g, nxt)
+            states = self._read_states(g)
+            if k > 0:
+                nxt = self._prefetch(blocks[k - 1])
+            torch.set_rng_state(rngs[k])
+            xin = ckpts[k].detach().requires_grad_(True)
+            m.h[k](xin).backward(grad)
+            grad = xin.grad
+            self._optimizer_step(g, states)
+            self._release(g)
+        torch.set_rng_state(rng_start)
+        x0 = m.drop(m.wte(idx) + m.wpe(pos))
+        x0.backward(grad)
+        self._optimizer_step(self.outer, self._read_states(self.outer))
+        self._release(self.outer)
+        torch.set_rng_state(rng_end)
+        return loss.item()
+
+
+@dataclass(frozen=True)
+class ZeroInfinityRun:
+    """Measured bytes and bandwidth of a streamed run, beside the raw disk of the same run."""
+
+    params: int
+    block_params: int
+    losses: list[float]
+    bytes_read: list[int]  # per step
+    bytes_written: list[int]
+    predicted: dict[str, int]
+    raw: DiskBandwidth | None
+    achieved_read_bps: float
+    achieved_write_bps: float
+    method: str
+    seconds: float
+    final_params: list[torch.Tensor] = field(repr=False)
+
+    @property
+    def read_ratio(self) -> float | None:
+        return self.achieved_read_bps / self.raw.read_bps if self.raw else None
+
+    @property
+    def write_ratio(self) -> float | None:
+        return self.achieved_write_bps / self.raw.write_bps if self.raw else None
+
+
+def run_zero_infinity(cfg: TrainConfig, steps: int, root: str | Path | None = None, quota_bytes: int | None = None,
+                      measure_raw_bytes: int | None = 64 * 2**20, direct: bool | None = None) -> ZeroInfinityRun:
+    """Train ``steps`` steps with states on disk under ``root``; the raw disk is measured first.
+
+    Nothing is left under ``root`` afterwards, also when a step fails (the store is a context
+    manager and the prefetch thread is shut down in ``finally``).
+    """
+    require_positive("steps", steps)
+    raw = measure_disk(root, measure_raw_bytes, block=min(8 * 2**20, measure_raw_bytes)) if measure_raw_bytes else None
+    with DiskStore(root, quota_bytes=quota_bytes, direct=direct) as store:
+        trainer = ZeroInfinityTrainer(cfg, store)
+        try:
+            c = store.counters
+            t_read, t_write, p_read, p_write = c.read_seconds, c.write_seconds, c.padded_read, c.padded_written
+            losses, reads, writes = [], [], []
+            t0 = time.perf_counter()
+            for i in range(steps):
+                r0, w0 = c.bytes_read, c.bytes_written
+                losses.append(trainer.step(i))
+                reads.append(c.bytes_read - r0)
+                writes.append(c.bytes_written - w0)
+            seconds = time.perf_counter() - t0
+            rd = (c.padded_read - p_read) / max(c.read_seconds - t_read, 1e-12)
+            wr = (c.padded_written - p_write) / max(c.write_seconds - t_write, 1e-12)
+            for g in [trainer.outer, *trainer.blocks]:
+                trainer._install(g, trainer._prefetch(g))
+            ordered = [p.detach().clone() for p in trainer.model.parameters()]
+        finally:
+            trainer.close()
+        return ZeroInfinityRun(trainer.params, trainer.block_params, losses, reads, writes,
+                               io_bytes_per_step(trainer.params, trainer.block_params), raw, rd, wr,
+                               store.method, seconds, ordered)
+
+
+# ---- at scale -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeFit:
+    """Largest model whose states fit each tier of one node, at ``bytes_per_param`` of states."""
+
+    gpus: int
+    gpu_memory_bytes: float
+    dram_bytes: float
+    nvme_bytes: float
+    bytes_per_param: int
+    params_gpu_only: float
+    params_dram: float
+    params_nvme: float
+    published_params: float
+    published_claim: str
+
+
+def dgx2_fit(gpu_name: str = "V100-32GB", gpus: int = 16, dram_bytes: float = 1.5e12, nvme_bytes: float = 30e12,
+             bytes_per_param: int = PAPER_BYTES_PER_PARAM) -> NodeFit:
+    """What fits on one DGX-2 (16 x V100-32GB, 1.5 TB DRAM, 30 TB NVMe) by where the states live.
+
+    Model states only (Rajbhandari et al. 2021, section 3 and Fig. 2a): activations, buffers
+    and the working set of one layer are left out, so each figure is an upper bound. With
+    states on NVMe the 30 TB / 20 B = 1.5T bound sits beside the paper's 1T, which also had
+    to fit activation checkpoints and per-layer working memory.
+    """
+    for name, value in (("gpus", gpus), ("dram_bytes", dram_bytes), ("nvme_bytes", nvme_bytes),
+                        ("bytes_per_param", bytes_per_param)):
+        require_positive(name, value, integer=name in ("gpus", "bytes_per_param"))
+    hbm = gpus * gpu(gpu_name).memory_bytes
+    ref = headline("ZeRO-Infinity")
+    return NodeFit(gpus, hbm, dram_bytes, nvme_bytes, bytes_per_param, hbm / bytes_per_param,
+                   dram_bytes / bytes_per_param, nvme_bytes / bytes_per_param, float(ref["params"]), ref["claim"])
+
+
+def nvme_step_seconds(params: float, block_fraction: float = 1.0, ssd: str = "NVMe-PCIe4", drives: int = 16) -> float:
+    """Seconds per step spent on NVMe traffic of :func:`io_bytes_per_step` with ``drives`` in parallel.
+
+    Assumes the drives' data-sheet sequential bandwidth, aggregated linearly (the paper's
+    DGX-2 has 16 NVMe drives); a lower bound, as reads and writes do not overlap here.
+    """
+    require_positive("params", params, integer=False)
+    t = tier(ssd)
+    io = io_bytes_per_step(int(params), int(params * block_fraction))
+    return io["read"] / (drives * t.read_bandwidth) + io["write"] / (drives * t.write_bandwidth)

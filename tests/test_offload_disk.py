@@ -1,0 +1,95 @@
+"""DiskStore and the raw-disk measurement: round trips, byte counts, cleanup, clear errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from labkit.errors import LabkitError
+from labkit.offload.disk import DiskStore, measure_disk
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "buffered"])
+def store(request, tmp_path: Path):
+    with DiskStore(tmp_path, direct=request.param, checksum=True) as s:
+        yield s
+
+
+def test_round_trip_counts_payload_bytes(store: DiskStore) -> None:
+    t = torch.randn(33, 7).to(torch.bfloat16)
+    store.write("a", t)
+    back = store.read("a")
+    assert torch.equal(back.view(torch.int16), t.view(torch.int16))
+    out = torch.empty(33, 7, dtype=torch.bfloat16)
+    store.read("a", out=out)
+    assert torch.equal(out.view(torch.int16), t.view(torch.int16))
+    assert store.counters.bytes_written == 33 * 7 * 2
+    assert store.counters.bytes_read == 2 * 33 * 7 * 2
+
+
+def test_cleanup_on_exit_and_on_failure(tmp_path: Path) -> None:
+    with DiskStore(tmp_path) as s:
+        s.write("x", torch.ones(10))
+        path = s.path
+        assert path is not None and path.exists()
+    assert not path.exists()
+    with pytest.raises(RuntimeError), DiskStore(tmp_path) as s:
+        s.write("x", torch.ones(10))
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_and_truncated_files(store: DiskStore) -> None:
+    store.write("a", torch.randn(5000))
+    assert store.path is not None
+    with pytest.raises(LabkitError, match="missing"):
+        store.read("nope")
+    (store.path / "a").unlink()
+    with pytest.raises(LabkitError, match="missing"):
+        store.read("a")
+    store.write("b", torch.randn(5000))
+    os.truncate(store.path / "b", 100)
+    with pytest.raises(LabkitError, match="truncated"):
+        store.read("b")
+
+
+def test_checksum_catches_corruption(tmp_path: Path) -> None:
+    with DiskStore(tmp_path, direct=False, checksum=True) as s:
+        s.write("a", torch.zeros(100))
+        assert s.path is not None
+        with open(s.path / "a", "r+b") as f:
+            f.write(b"\x01")
+        with pytest.raises(LabkitError, match="checksum"):
+            s.read("a")
+
+
+def test_full_disk_quota_leaves_nothing(tmp_path: Path) -> None:
+    with DiskStore(tmp_path, quota_bytes=10_000, direct=False) as s:
+        s.write("a", torch.zeros(2000))  # 8000 bytes
+        with pytest.raises(LabkitError, match="disk full"):
+            s.write("b", torch.zeros(1000))
+        s.write("a", torch.zeros(2500))  # replacing a file frees its old bytes
+        assert s.path is not None and sorted(p.name for p in s.path.iterdir()) == ["a"]
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(LabkitError, match="quota_bytes"):
+        DiskStore(tmp_path, quota_bytes=0)
+    with pytest.raises(LabkitError, match="root"):
+        DiskStore(tmp_path / "absent")
+    with DiskStore(tmp_path) as s:
+        with pytest.raises(LabkitError, match="name"):
+            s.write("../x", torch.zeros(1))
+    with pytest.raises(LabkitError, match="closed"):
+        s.write("x", torch.zeros(1))
+
+
+def test_measure_disk_is_quick_and_leaves_nothing(tmp_path: Path) -> None:
+    bw = measure_disk(tmp_path, nbytes=16 * 2**20, block=4 * 2**20)
+    assert bw.write_bps > 0 and bw.read_bps > 0 and bw.method in ("O_DIRECT", "buffered+fsync+DONTNEED")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(LabkitError, match="block"):
+        measure_disk(tmp_path, nbytes=10 * 2**20, block=3 * 2**20)
