@@ -142,3 +142,9 @@ class Trainer:
         losses = [float(self.model(*val(i))[1]) for i in range(batches_)]
         self.model.train()
         return sum(losses) / len(losses)
+
+
+def parameters_equal(a: nn.Module, b: nn.Module) -> bool:
+    """True when two models hold bit-identical parameters: the test that a memory technique changed no number."""
+    pa, pb = list(a.parameters()), list(b.parameters())
+    return len(pa) == len(pb) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(pa, pb, strict=True))
