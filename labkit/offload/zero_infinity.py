@@ -6,7 +6,9 @@ live on NVMe; each layer's 16-bit parameters are fetched just before the layer r
 dropped after it, the next layer's read overlapping this layer's compute; the optimizer
 step reads and writes one layer's states at a time. Activations are checkpointed at layer
 boundaries (as in the paper) and the layer is recomputed in backward, with its dropout
-randomness replayed, so the result equals the in-memory run bit for bit.
+randomness replayed, so the result equals the in-memory run bit for bit. A group's updated
+states are written back on a background thread while the next group computes (a read of a
+file still being written waits for it); each step ends with every write done and counted.
 
 Parameter groups: each transformer block is one group, streamed; the embeddings and the
 final norm (``outer``, the tied ``wte`` is used at both ends of the model) are fetched once
@@ -82,6 +84,8 @@ class ZeroInfinityTrainer:
         self.params = count_parameters(m)
         self.block_params = sum(g.numel for g in self.blocks)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labkit-prefetch")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="labkit-writeback")
+        self._pending: dict[str, Future] = {}
         for g in [self.outer, *self.blocks]:
             flat16 = torch.cat([p.detach().reshape(-1) for p in g.params])
             store.write(f"{g.name}.p16", flat16)
@@ -93,10 +97,31 @@ class ZeroInfinityTrainer:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._writer.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
+
+    # ---- background write-back: a group's states go to disk while the next group computes ----
+    def _write_back(self, name: str, tensor: torch.Tensor) -> None:
+        self._pending[name] = self._writer.submit(self.store.write, name, tensor)
+
+    def _read(self, name: str) -> torch.Tensor:
+        """Read ``name`` on the prefetch thread, after any write of it still in flight."""
+        pending = self._pending.get(name)
+        if pending is not None:
+            pending.result()
+        return self.store.read(name)
+
+    def flush(self) -> None:
+        """Wait for every write in flight; the first failure (e.g. disk full) is raised here."""
+        pending, self._pending = list(self._pending.values()), {}
+        for f in pending:
+            f.exception()
+        for f in pending:
+            f.result()
 
     # ---- moving a group's parameters in and out of the "device" ----
     def _prefetch(self, g: _Group) -> Future:
-        return self._pool.submit(self.store.read, f"{g.name}.p16")
+        return self._pool.submit(self._read, f"{g.name}.p16")
 
     @staticmethod
     def _install(g: _Group, fut: Future) -> None:
@@ -121,11 +146,11 @@ class ZeroInfinityTrainer:
         opt.step()
         g.step += 1
         for kind, flat in zip(STATE_KINDS, (master, exp_avg, exp_avg_sq), strict=True):
-            self.store.write(f"{g.name}.{kind}", flat)
-        self.store.write(f"{g.name}.p16", master.to(torch.bfloat16))
+            self._write_back(f"{g.name}.{kind}", flat)
+        self._write_back(f"{g.name}.p16", master.to(torch.bfloat16))
 
     def _read_states(self, g: _Group) -> list[Future]:
-        return [self._pool.submit(self.store.read, f"{g.name}.{k}") for k in STATE_KINDS]
+        return [self._pool.submit(self._read, f"{g.name}.{k}") for k in STATE_KINDS]
 
     def step(self, i: int) -> float:
         """One training step on batch ``i``, streaming every layer from disk and back."""
@@ -171,6 +196,7 @@ class ZeroInfinityTrainer:
         self._optimizer_step(self.outer, self._read_states(self.outer))
         self._release(self.outer)
         torch.set_rng_state(rng_end)
+        self.flush()  # every byte of this step is on disk (and counted) when it returns
         return loss.item()
 
 
@@ -190,6 +216,21 @@ class ZeroInfinityRun:
     method: str
     seconds: float
     final_params: list[torch.Tensor] = field(repr=False)
+    padded_read_bytes: int = 0  # bytes moved to and from the device during the steps (O_DIRECT pads to 4 KiB)
+    padded_written_bytes: int = 0
+    io_busy_seconds: float = 0.0  # wall-clock time with any read or write in flight
+
+    @property
+    def combined_ratio(self) -> float | None:
+        """Seconds the raw disk would need for the steps' reads and writes, over the seconds the disk was busy.
+
+        The per-direction ratios undercount when reads and writes overlap (each then shares the
+        disk with the other); this one charges every busy second once.
+        """
+        if not self.raw or not self.io_busy_seconds:
+            return None
+        at_raw = self.padded_read_bytes / self.raw.read_bps + self.padded_written_bytes / self.raw.write_bps
+        return at_raw / self.io_busy_seconds
 
     @property
     def read_ratio(self) -> float | None:
@@ -214,6 +255,7 @@ def run_zero_infinity(cfg: TrainConfig, steps: int, root: str | Path | None = No
         try:
             c = store.counters
             t_read, t_write, p_read, p_write = c.read_seconds, c.write_seconds, c.padded_read, c.padded_written
+            t_busy = c.busy_seconds
             losses, reads, writes = [], [], []
             t0 = time.perf_counter()
             for i in range(steps):
@@ -224,6 +266,7 @@ def run_zero_infinity(cfg: TrainConfig, steps: int, root: str | Path | None = No
             seconds = time.perf_counter() - t0
             rd = (c.padded_read - p_read) / max(c.read_seconds - t_read, 1e-12)
             wr = (c.padded_written - p_write) / max(c.write_seconds - t_write, 1e-12)
+            moved = (c.padded_read - p_read, c.padded_written - p_write, c.busy_seconds - t_busy)
             for g in [trainer.outer, *trainer.blocks]:
                 trainer._install(g, trainer._prefetch(g))
             ordered = [p.detach().clone() for p in trainer.model.parameters()]
@@ -231,7 +274,7 @@ def run_zero_infinity(cfg: TrainConfig, steps: int, root: str | Path | None = No
             trainer.close()
         return ZeroInfinityRun(trainer.params, trainer.block_params, losses, reads, writes,
                                io_bytes_per_step(trainer.params, trainer.block_params), raw, rd, wr,
-                               store.method, seconds, ordered)
+                               store.method, seconds, ordered, *moved)
 
 
 # ---- at scale -------------------------------------------------------------------------------
