@@ -7,12 +7,6 @@ dropout 0 for the equality checks, the same with dropout 0.1 to see the dropout 
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -142,25 +136,8 @@ def test_bad_input_names_the_field_and_the_allowed_values():
         megatron.run_tp(0)
 
 
-def test_sequence_parallel_runs_under_torchrun_on_loopback(reference):
-    torchrun = Path(sys.executable).parent / "torchrun"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "-m", "labkit.intra_layer.megatron", "--sp", "--steps", "2"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ | {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"},
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's workers too, whatever happened
-        except ProcessLookupError:
-            pass
-    assert proc.returncode == 0, err[-2000:]
-    result = json.loads(out.strip().splitlines()[-1])
+def test_sequence_parallel_runs_under_torchrun_on_loopback(reference, torchrun):
+    result = torchrun("labkit.intra_layer.megatron", "--sp", "--steps", "2")
     assert result["tp"] == 2 and result["sp"] is True and result["rank"] == 0
     assert result["param_bytes"] == megatron.param_bytes(2)
     assert result["activation_bytes"] == [megatron.activation_bytes(2, True)["exact"]] * L
