@@ -20,7 +20,7 @@ from labkit import checks, hardware, plots
 from labkit.model import GPTConfig
 from labkit.offload import exercises as _exercises  # noqa: F401  (registers the 04.* exercises)
 from labkit.offload import flashneuron, mobius, swapadvisor, zero_infinity, zero_offload
-from labkit.offload.budget import DeviceOutOfMemory, budgeted_step, model_state_bytes
+from labkit.offload.budget import DeviceOutOfMemory, budgeted_step, model_state_bytes, scaled_capacity
 from labkit.offload.iteration import machine, transformer_ops
 from labkit.offload.trace import repeats, trace_iterations, trace_step
 from labkit.offload.vdnn import Offloader, OffloadPolicy, offloaded_step
@@ -40,15 +40,17 @@ print(f"PCIe 4 x16: {hardware.link('pcie4-x16').bandwidth / 1e9:.0f} GB/s per di
 # %% [markdown]
 # ## 1 · Break it first: a device too small
 #
-# The tiny GPT (4 layers, hidden 128, batch 16 × 64 characters) gets a device whose
-# capacity holds its model states plus half of the activations one step saves. The
-# step runs for real; the budget counts every saved tensor as autograd keeps it.
+# The tiny GPT (4 layers, hidden 128, batch 16 × 64 characters) gets a device as tight
+# as an A100-40GB is for GPT-2 XL: the capacity is scaled so that the model states take
+# the same share of it (16 bytes per parameter, predicted). The step runs for real; the
+# budget counts every saved tensor as autograd keeps it.
 
 # %%
 trace = trace_step(Trainer(config))
 states = model_state_bytes(Trainer(config).model)
-capacity = states + trace.total_bytes // 2
-print(f"model states {states:,} B + activations {trace.total_bytes:,} B; device capacity {capacity:,} B")
+capacity = scaled_capacity("A100-40GB", model_shape("gpt2-xl").params, states)
+print(f"model states {states:,} B + activations {trace.total_bytes:,} B; device capacity {capacity:,} B "
+      f"(states take {100 * states / capacity:.0f}% of it, as GPT-2 XL's take of an A100-40GB)")
 try:
     budgeted_step(Trainer(config), capacity)
 except DeviceOutOfMemory as err:
@@ -76,7 +78,11 @@ for e in traces[0].entries[:6]:
 # With the trace as the plan, labkit's `Offloader` moves every saved activation out as it
 # is saved, to a DRAM pool or to real files on disk, and a background thread reads them
 # back in backward order, ahead of use. **Predict:** does the step now fit, and do the
-# gradients change?
+# parameters after the step change?
+
+# %%
+predicted_fits = None  # True or False
+predicted_changes = None  # True or False
 
 # %%
 results = {}
@@ -92,6 +98,7 @@ plain_loss = plain.step()
 print(f"losses: plain {plain_loss:.4f}, dram {results['dram'][2]:.4f}, disk {results['disk'][2]:.4f}")
 assert all(parameters_equal(plain.model, r[1].model) for r in results.values())
 print("parameters after the step are bit-identical to the plain run's, with DRAM and with disk offload")
+print(f"you said: fits {predicted_fits}, changes {predicted_changes}")
 
 # %% [markdown]
 # What it cost (wall-clock on this CPU, so not checked): the time of an offloaded step
@@ -137,6 +144,10 @@ plots.gantt(tl, title="vDNN, Llama-2 7B, b=4, A100 over PCIe 4 (predicted)")
 # GPT-2 medium (s = 1,024, b = 4) on a 24 GB card capped at 16.8 GB: a genetic algorithm
 # searches which activations to swap and how early to prefetch them, each plan scored by
 # the simulator (predicted), beside vDNN's rule (swap everything, prefetch one ahead).
+# **Predict:** how much slower than compute alone is the best plan the search finds, in per cent?
+
+# %%
+predicted_search_overhead = None  # per cent
 
 # %%
 gpt2m = model_shape("gpt2-medium")
@@ -147,6 +158,8 @@ summary = swapadvisor.describe(found, card)
 for name in ("none", "vdnn", "ga"):
     print(f"{name:5} {summary[f'{name}_time_s']:.3f} s, peak {summary[f'{name}_peak_gb']:.2f} GB, "
           f"swaps {100 * summary[f'{name}_swapped']:.0f}% of tensors, fits: {bool(summary[f'{name}_fits'])}")
+print(checks.reveal_number(predicted_search_overhead, 100 * (summary["ga_time_s"] / summary["none_time_s"] - 1),
+                           "Best plan's slowdown (predicted)", "%", 1))
 plots.line({"best plan": found.history}, "generation", "iteration time (s, predicted)",
            "SwapAdvisor-style search, converging")
 
