@@ -107,49 +107,74 @@ def _unique_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-class SavedTensorRecorder:
+class ModuleHooks:
+    """Saved-tensor hooks that know which module is running: the base of every byte counter here.
+
+    Module pre/post hooks keep a stack of qualified module names, so ``self.module``
+    names the innermost module when autograd saves a tensor. Subclasses implement
+    ``_pack`` (and ``_unpack`` when they replace what autograd keeps); the recorder
+    below, ``offload.budget``'s counters and ``intra_layer.megatron``'s all build on it.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.names = {m: n for n, m in model.named_modules()}
+        self.stack: list[str] = []
+        self._handles: list = []
+        self._hooks = None
+
+    @property
+    def module(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+    def _pack(self, t: torch.Tensor):
+        raise NotImplementedError
+
+    def _unpack(self, packed):
+        return packed
+
+    def _leave(self, module: nn.Module, args, output) -> None:
+        self.stack.pop()
+
+    def __enter__(self):
+        for m, name in self.names.items():
+            self._handles.append(m.register_forward_pre_hook(lambda mod, args, n=name: self.stack.append(n)))
+            self._handles.append(m.register_forward_hook(self._leave))
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._hooks is not None:
+            self._hooks.__exit__(*exc)
+            self._hooks = None
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self.stack.clear()
+
+
+class SavedTensorRecorder(ModuleHooks):
     """Context manager recording every tensor autograd saves during a forward pass.
 
-    Module pre/post hooks keep a stack of module names, so each saved storage is
-    attributed to the innermost module running when it was saved.
+    Each saved storage is attributed to the innermost module running when it was saved.
     """
 
     def __init__(self, model: nn.Module, exclude: tuple[torch.Tensor, ...] = ()) -> None:
-        self.model = model
-        self.names = {m: n for n, m in model.named_modules()}
+        super().__init__(model)
         self.skip = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
         self.inputs = {_storage_key(t): t.untyped_storage().nbytes() for t in exclude}
-        self.stack: list[str] = []
         self.records: dict[int, SavedTensor] = {}
         self.batch_seen: set[int] = set()
-        self._handles: list = []
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         key = _storage_key(t)
         if key in self.inputs:
             self.batch_seen.add(key)
         elif key not in self.skip and key not in self.records and t.numel():
-            module = self.stack[-1] if self.stack else ""
             nbytes = t.untyped_storage().nbytes()
-            self.records[key] = SavedTensor(module, tuple(t.shape), str(t.dtype).replace("torch.", ""), nbytes)
+            self.records[key] = SavedTensor(self.module, tuple(t.shape), str(t.dtype).replace("torch.", ""), nbytes)
         return t
-
-    def _leave(self, module: nn.Module, args, output) -> None:
-        self.stack.pop()
-
-    def __enter__(self) -> SavedTensorRecorder:
-        for m, name in self.names.items():
-            self._handles.append(m.register_forward_pre_hook(lambda mod, args, n=name: self.stack.append(n)))
-            self._handles.append(m.register_forward_hook(self._leave))
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._hooks.__exit__(*exc)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
 
     @property
     def saved(self) -> list[SavedTensor]:

@@ -56,7 +56,7 @@ from labkit import dist as ldist
 from labkit.data import batches
 from labkit.errors import require_choice, require_divides, require_positive
 from labkit.estimate import activation_bytes_per_layer
-from labkit.measure import SavedTensor
+from labkit.measure import ModuleHooks, SavedTensor
 from labkit.model import GPTConfig, SelfAttention, TinyGPT, config_from
 from labkit.shapes import ModelShape
 
@@ -138,7 +138,7 @@ def _key(t: torch.Tensor) -> int:
     return _local(t).untyped_storage().data_ptr()
 
 
-class SavedBytes:
+class SavedBytes(ModuleHooks):
     """What autograd keeps, by module (labkit.measure's ``SavedTensorRecorder`` for DTensors), and SP's shards.
 
     Each storage counts once; a DTensor counts its local tensor; parameters, buffers and the batch
@@ -149,12 +149,10 @@ class SavedBytes:
 
     def __init__(self, model: nn.Module, exclude: tuple[torch.Tensor, ...], mesh: DeviceMesh,
                  shard_modules: tuple[str, ...] = ()) -> None:
-        self.names = {m: n for n, m in model.named_modules()}
+        super().__init__(model)
         self.skip = {_key(t) for t in (*model.parameters(), *model.buffers(), *exclude)}
         self.mesh, self.shard_modules = mesh, shard_modules
-        self.stack: list[str] = []
         self.records: dict[int, SavedTensor] = {}
-        self._handles: list = []
 
     def _record(self, t: torch.Tensor) -> None:
         key = _key(t)
@@ -180,23 +178,6 @@ class SavedBytes:
             full = DTensor.from_local(piece, self.mesh, [Shard(0)], run_check=False).full_tensor()
             return DTensor.from_local(full.view(shape), self.mesh, [Replicate()], run_check=False)
         return packed
-
-    def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
-        self.stack.pop()
-
-    def __enter__(self) -> SavedBytes:
-        for m, name in self.names.items():
-            self._handles.append(m.register_forward_pre_hook(lambda mod, args, n=name: self.stack.append(n)))
-            self._handles.append(m.register_forward_hook(self._leave))
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._hooks.__exit__(*exc)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
 
     def by_layer(self, n_layer: int) -> list[dict[str, int]]:
         """Saved bytes of each layer, by the module (role) that saved them."""

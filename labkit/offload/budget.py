@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from labkit.errors import LabkitError, require_positive
 from labkit.hardware import gpu as find_gpu
+from labkit.measure import ModuleHooks
 from labkit.model import count_parameters
 
 BYTES_PER_PARAM = 16  # ZeRO's 2 + 2 + 12 (mixed) = 4 + 4 + 8 (fp32 AdamW)
@@ -114,7 +115,7 @@ class _Held:
             owner._drop(self.key)
 
 
-class SavedHooks:
+class SavedHooks(ModuleHooks):
     """Saved-tensor hooks with a module stack, per-storage reference counts and an event clock.
 
     Subclasses (the budget, the tracer, the offloader) override ``_new``, ``_unpack`` and
@@ -122,16 +123,12 @@ class SavedHooks:
     """
 
     def __init__(self, model: nn.Module, exclude: tuple[torch.Tensor, ...] = ()) -> None:
-        self.model = model
-        self.names = {m: n for n, m in model.named_modules()}
+        super().__init__(model)
         self.types = {n: type(m).__name__ for m, n in self.names.items()}
         self.skip = {storage_key(t) for t in (*model.parameters(), *model.buffers(), *exclude)}
-        self.stack: list[str] = []
         self.refs: dict[int, int] = {}
         self.clock = 0
         self.gen = 0  # a new step forgets what the last one left behind
-        self._handles: list = []
-        self._hooks = None
 
     def exclude(self, *tensors: torch.Tensor) -> None:
         """Leave these storages (a new batch) out of the count."""
@@ -171,26 +168,6 @@ class SavedHooks:
         return held.tensor
 
     def _released(self, key: int) -> None: ...
-
-    def _leave(self, module: nn.Module, args, output) -> None:
-        self.stack.pop()
-
-    def __enter__(self):
-        for m, name in self.names.items():
-            self._handles.append(m.register_forward_pre_hook(lambda mod, args, n=name: self.stack.append(n)))
-            self._handles.append(m.register_forward_hook(self._leave))
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._hooks is not None:
-            self._hooks.__exit__(*exc)
-            self._hooks = None
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self.stack.clear()
 
 
 class BudgetedDevice(SavedHooks):

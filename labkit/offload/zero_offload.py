@@ -31,15 +31,15 @@ from labkit.hardware import gpu, link, tier, transfer_time
 from labkit.model import count_parameters
 from labkit.references import headline
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig, Trainer
+from labkit.train import MasterWeightAdamW, TrainConfig, Trainer
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-class HostAdamW:
-    """The CPU side of ZeRO-Offload: fp32 master weights, AdamW moments, a 16-bit buffer.
+class HostAdamW(MasterWeightAdamW):
+    """The CPU side of ZeRO-Offload: ``MasterWeightAdamW``'s fp32 master weights and moments, plus a 16-bit buffer.
 
     ``step`` moves the 16-bit gradients down into the host buffer, runs AdamW on the fp32
     master weights there, rounds them to 16 bits in the same buffer and moves them up.
@@ -47,19 +47,10 @@ class HostAdamW:
     """
 
     def __init__(self, params: list[nn.Parameter], lr: float, weight_decay: float = 0.0) -> None:
-        self.params = params
-        self.master = [p.detach().float().clone().requires_grad_(True) for p in params]
+        super().__init__(params, lr, weight_decay)
         self.buffer = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
-        self.inner = torch.optim.AdamW(self.master, lr=lr, weight_decay=weight_decay, foreach=False)
         self.bytes_down = 0
         self.bytes_up = 0
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.zero_()
 
     @torch.no_grad()
     def step(self) -> None:
