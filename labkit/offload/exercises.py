@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from labkit.checks import Exercise, register
 from labkit.hardware import link, transfer_time
+from labkit.offload.zero_infinity import PAPER_BYTES_PER_PARAM
 from labkit.offload.zero_offload import offload_bytes_per_step
 
 
@@ -16,7 +17,7 @@ def _pcie4_seconds_10gb() -> float:
 
 
 def _infinity_tb_1t() -> float:
-    return 20 * 1e12 / 1e12  # ZeRO-Infinity's 20 bytes of model states per parameter, for 1e12 parameters
+    return PAPER_BYTES_PER_PARAM * 1e12 / 1e12  # ZeRO-Infinity's bytes of model states per parameter, 1e12 of them
 
 
 register("04.zero_offload_gb", Exercise(
