@@ -52,7 +52,22 @@ def build(source: Path) -> Path:
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()
     target = LABS / f"{source.stem}.ipynb"
     nbformat.write(nb, target)
+    print(f"{target.name}: slowest cells", ", ".join(f"#{i} {t:.1f} s" for t, i in slowest(nb)))
     return target
+
+
+def slowest(nb: nbformat.NotebookNode, n: int = 5) -> list[tuple[float, int]]:
+    """The ``n`` longest-running code cells, from the timing nbclient records in each cell's metadata."""
+    from datetime import datetime
+
+    times = []
+    for i, cell in enumerate(nb.cells):
+        ex = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in ex and "shell.execute_reply" in ex:
+            start, end = (datetime.fromisoformat(ex[k].replace("Z", "+00:00"))
+                          for k in ("iopub.execute_input", "shell.execute_reply"))
+            times.append(((end - start).total_seconds(), i))
+    return sorted(times, reverse=True)[:n]
 
 
 if __name__ == "__main__":

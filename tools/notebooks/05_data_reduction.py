@@ -1,0 +1,332 @@
+# %% [markdown]
+# # 05 · Data reduction: recompute, mixed precision, quantization, and why compression fails
+#
+# **Why it matters.** The first instinct with too much data is to compress it. Model data
+# resists: weights, gradients, optimizer states and most activations are dense floating-point
+# numbers whose bytes look random, and a general-purpose compressor saves a few per cent.
+# Training reduces its data another way: it trades **compute** for memory (throw
+# activations away and recompute them in backward: Chen et al. 2016, Korthikanti et al.
+# 2022) or **precision** for memory (16-bit weights and activations: Micikevicius et al.
+# 2018; 8-bit optimizer states: Dettmers et al. 2022).
+#
+# Below, every byte is measured on real training steps of the tiny GPT and put beside the
+# formula that predicts it; the scale-up to real models and GPUs is labkit's model.
+
+# %%
+from labkit import checks, plots
+from labkit.model import GPTConfig
+from labkit.reduction import checkpoint_plan, compress, design, optim8bit, precision, quantize, recompute, weight_quant
+from labkit.reduction import exercises as _exercises  # noqa: F401  (registers the 05.* exercises)
+from labkit.tables import text_table
+from labkit.train import TrainConfig, seed_everything
+
+seed_everything(0)
+
+# %% [markdown]
+# ## 1 · Compression first: does it work on model data?
+#
+# zstd and lz4 compress text several-fold. **Predict:** what ratio (raw bytes / compressed
+# bytes) does zstd reach on the fp32 weights of a trained model? On its gradients?
+
+# %%
+predicted_weight_ratio = None  # e.g. 2.0
+
+# %%
+data = compress.samples()
+rows = compress.compression_table(data)
+print(compress.ratio_text(rows))
+weights = next(r for r in rows if r.kind == "weights" and r.dtype == "fp32")
+print(checks.reveal_number(predicted_weight_ratio, weights.zstd3, "zstd-3 on fp32 weights (measured)", "", 1))
+
+# %% [markdown]
+# Read the table column by column. **H** is the order-0 entropy of the byte stream in bits
+# per byte, and **8/H** the best ratio a coder of independent bytes can reach (Shannon):
+# the prediction beside each measurement. Dense fp32 data sits at H ≈ 7.4 of 8 bits, so
+# zstd gets about 1.08×, right at the bound, and lz4 nothing. Text compresses far beyond
+# 8/H because it repeats whole strings. What does compress in a model is **zeros**: the
+# causally masked half of the attention probabilities and post-ReLU activations (ReLU
+# applied to the run's real MLP pre-activations; this GPT uses GeLU, which makes no exact
+# zeros). The `activations` row is helped by the attention probabilities inside it.
+#
+# Where is the little redundancy that dense floats have? Split each fp32 number into its
+# exponent byte and three mantissa bytes (ZipNN's byte grouping, Hershcovitch et al. 2024)
+# and compress each plane on its own:
+
+# %%
+print(compress.plane_text(compress.plane_stats(data["weights", "fp32"], "fp32")))
+
+# %% [markdown]
+# The exponent takes a couple of dozen distinct values and compresses 2.5×; the mantissa
+# bytes are random. That caps lossless compression of dense weights near 1.2× in fp32
+# (1.4–1.5× in bf16, which has fewer mantissa bits), the `split` columns above. Memory has
+# to come from elsewhere.
+#
+# The speed of each codec on this machine (wall clock, so not checked):
+
+# %% tags=["nbval-ignore-output"]
+print(compress.ratio_text(rows, speed=True))
+
+# %% [markdown]
+# ## 2 · Recompute: trade compute for memory
+#
+# `torch.utils.checkpoint` drops a region's saved tensors in forward and runs the region
+# again in backward. Four plans on the tiny GPT (4 layers): **full** (every block keeps only
+# its input, 2sbh bytes at 16 bits), **every-2**, **sqrt** (Chen et al.: segments of √n
+# blocks, each keeping only its input) and **selective** (Korthikanti et al.: only the
+# attention core, which drops the 5as/h term). **Predict:** with full recompute, what
+# percentage of a layer's activations is kept?
+
+# %%
+predicted_full_share = None  # per cent
+
+# %%
+micro = TrainConfig(model=GPTConfig(vocab_size=35, n_layer=4, n_head=2, d_model=32, seq_len=16), batch_size=2,
+                    threads=1)
+plans = recompute.compare_plans(micro)
+print(recompute.recompute_table(plans))
+none, full = plans[0], plans[1]
+assert all(r.measured_bytes == r.predicted_bytes and r.grads_identical for r in plans)
+assert all(r.extra_flops == r.predicted_extra_flops for r in plans)
+print(checks.reveal_number(predicted_full_share, 100 * full.per_layer[0] / none.per_layer[0],
+                           "Share of a layer's activations kept under full recompute (measured)", "%", 1))
+
+# %% [markdown]
+# (`sqrt` keeps only the inputs of its two segments after forward, fewer bytes than `full`,
+# but in backward it re-materialises a whole two-block segment at once: its *peak* is
+# higher. Section 3 measures peaks.)
+#
+# Every byte is predicted exactly (Korthikanti's terms plus each LayerNorm's mean and
+# 1/σ, which the paper rounds away), every FLOP too, and the gradients are bit-identical
+# with dropout on: checkpoint saves the random-number state before a region and replays
+# it. The price is compute: full recompute repeats every block's forward, a third more
+# FLOPs for the layers. Selective repeats only QKᵀ here (torch stops recomputing as soon
+# as the tensors backward needs are back), so its extra FLOPs are tiny.
+#
+# What it costs on this CPU (wall clock, not checked):
+
+# %% tags=["nbval-ignore-output"]
+for r in plans:
+    print(f"{r.mode:10} {1e3 * r.step_seconds:6.1f} ms per forward + backward "
+          f"({r.step_seconds / none.step_seconds:.2f}x no recompute)")
+
+# %% [markdown]
+# ## 3 · The best plan for a budget
+#
+# Uniform plans are easy to state but not the cheapest. From one recorded step (each
+# block's saved bytes, its input, its forward FLOPs and the memory peak during its
+# backward), a dynamic programme finds the plan with least recompute under a budget, in
+# the spirit of Checkmate (Jain et al. 2020) over the space of "which blocks, in which
+# segments". Six layers, a budget halfway between the smallest feasible peak and the peak
+# without recompute:
+
+# %%
+six = TrainConfig(model=GPTConfig(vocab_size=35, n_layer=6, n_head=2, d_model=32, seq_len=16), batch_size=2,
+                  threads=1)
+trace = checkpoint_plan.record_trace(six)
+lowest = checkpoint_plan.min_feasible_budget(trace)
+budget = (lowest + checkpoint_plan.predict_peak(trace, recompute.uniform_plan("none", 6))) // 2
+choices = checkpoint_plan.plan_table(trace, budget)
+print(checkpoint_plan.plan_text(choices, budget))
+best = choices[-1]
+peak = checkpoint_plan.check_peak(six, trace, best.plan)
+print(f"optimal plan applied to a real step: peak {peak.measured:,} B measured, {peak.predicted:,} B predicted")
+
+# %% [markdown]
+# The cheapest plan checkpoints only the first block: the step's peak comes during the
+# *last* block's backward, when the lower blocks' activations are all still alive, so
+# dropping the cheapest of them is enough. A uniform rule pays for blocks that never
+# mattered.
+#
+# ## 4 · Mixed precision: 16 bytes per parameter, and fewer activation bytes
+#
+# **Predict:** mixed-precision Adam keeps 16-bit weights and gradients plus fp32 master
+# weights and two fp32 moments. How many bytes per parameter is that, against fp32
+# training's 16?
+
+# %%
+predicted_mixed_bytes = None
+
+# %%
+cfg = precision.micro_model()
+for name in precision.PRECISIONS:
+    run = precision.precision_trainer(name, cfg)
+    run.step()
+    measured = precision.measure_precision_step(run)
+    comparison = precision.precision_comparison(measured, cfg, 4, name)
+    assert comparison.worst_error == 0
+    per_param = measured.model_states / sum(p.numel() for p in run.model.parameters())
+    print(f"{name:14} model states {per_param:.0f} B/param; activations per layer "
+          f"{measured.activations_per_layer()[0]:,} B (measured = predicted)")
+print(checks.reveal_number(predicted_mixed_bytes, per_param, "Bytes per parameter, fp16-mixed (measured)", "", 1))
+
+# %% [markdown]
+# Mixed precision saves **no** model-state memory with Adam: 2 + 2 + 12 = 16 bytes, the
+# same as fp32's 4 + 4 + 8 (ZeRO, section 3). Its gain is in activations (half the bytes)
+# and speed. Autocast alone (`bf16-autocast`, fp32 weights) saves less than half: the
+# residual stream stays fp32, and each matmul keeps a bf16 copy of its weight for backward.
+#
+# Losses of the four runs side by side (measured):
+
+# %%
+runs = precision.precision_runs(steps=60)
+for name, (step_gap, eval_gap) in precision.gaps_to_fp32(runs).items():
+    print(f"{name:14} eval loss {runs[name].eval_loss:.4f}; largest per-step gap to fp32 {step_gap:.4f}, "
+          f"eval gap {eval_gap:.4f}; skipped steps {list(runs[name].skipped_steps)}")
+plots.loss_curve(precision.loss_curves(runs), title="Training loss by precision (measured)")
+
+# %% [markdown]
+# ## 5 · Break it: fp16 without loss scaling
+#
+# fp16 keeps 5 exponent bits, bf16 keeps fp32's 8 (from `torch.finfo`):
+
+# %%
+for r in precision.dynamic_range():
+    print(f"{r.dtype:9} max {r.max:.3g}, smallest normal {r.smallest_normal:.3g}, "
+          f"smallest subnormal {r.smallest_subnormal:.3g}: {r.decades:.1f} orders of magnitude")
+
+# %% [markdown]
+# Gradients of a large model are small numbers; many fall below fp16's smallest subnormal
+# and flush to zero. To show it on the tiny model its loss is multiplied by 2⁻¹² (in the
+# fp32 reference too), which puts the gradients where a large model's sit (Micikevicius et
+# al. 2018, Fig. 3). **Predict:** what percentage of the gradient's elements flush to zero
+# in fp16 without scaling?
+
+# %%
+predicted_flushed = None  # per cent
+
+# %%
+under = precision.gradient_underflow(scales=(1.0, 2.0**8, 2.0**16, 2.0**32))
+for u in under:
+    print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: "
+          f"{100 * u.flushed_fraction:6.3f}% of {u.elements:,} gradient elements flushed to zero, "
+          f"{u.overflowed} overflowed to inf/NaN")
+print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
+                           "Flushed without scaling (measured)", "%", 1))
+
+# %% [markdown]
+# Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.
+# So `GradScaler` scales **dynamically**: when a step's gradients hold an inf it skips the
+# step and halves the scale. Started at 2²⁴, it skips steps until the scale is right, then
+# trains:
+
+# %%
+trace_over = precision.overflow_recovery(steps=30)
+print(f"skipped steps {list(trace_over.skipped_steps)}; first update at step {trace_over.first_update}")
+print("scale per step: " + " ".join(f"2^{int(s).bit_length() - 1}" for s in trace_over.scales[:12]) + " ...")
+print(f"loss after 30 steps {trace_over.losses[-1]:.4f}")
+
+# %% [markdown]
+# ## 6 · Quantization: 8-bit optimizer states, 8- and 4-bit weights
+#
+# Adam keeps two fp32 moments per parameter: 8 bytes. Dettmers et al. (ICLR 2022) store each
+# as 8-bit codes in blocks of 2,048 values with one fp32 absmax scale per block, using a
+# non-linear "dynamic" code book whose values span seven orders of magnitude (Adam's second
+# moment does). **Predict:** bytes of optimizer state per parameter at 8 bits, and does the
+# tiny GPT still train as well as with fp32 Adam?
+
+# %%
+predicted_state_bytes = None  # bytes per parameter
+predicted_trains_as_well = None  # True or False
+
+# %%
+qcfg = optim8bit.micro_train_config()
+steps = 100
+trained, fp32_run = optim8bit.train_with(qcfg, steps, "fp32")
+opt_runs = optim8bit.OptimizerComparison(steps, (fp32_run, *(optim8bit.train_with(qcfg, steps, m)[1]
+                                                             for m in quantize.MAPS)))
+print(text_table(["optimizer", "state B (measured)", "predicted B", "bytes/param", "final loss", "eval loss"],
+                 [[r.name, f"{r.state_bytes:,}", f"{r.predicted_bytes:,}", f"{r.bytes_per_param:.3f}",
+                   f"{r.final_loss:.4f}", f"{r.eval_loss:.4f}"] for r in opt_runs.runs]))
+assert all(r.state_bytes == r.predicted_bytes for r in opt_runs.runs)
+eight = opt_runs.run("8-bit AdamW (dynamic)")
+print(checks.reveal_number(predicted_state_bytes, eight.bytes_per_param, "Bytes per parameter, 8-bit (measured)",
+                           "", 1))
+print(checks.reveal_claims({"trains as well": predicted_trains_as_well},
+                           {"trains as well": abs(eight.eval_loss - fp32_run.eval_loss) < 0.05}))
+
+# %% [markdown]
+# The *dynamic* code book is what makes it work. With a **linear** 8-bit grid (the same
+# bytes), small entries of the second moment v round to zero, Adam's update m/(√v + ε)
+# becomes m/ε, and training blows up (the `nan` above, measured). After one step of fp32
+# Adam, quantized with each grid:
+
+# %%
+from labkit.reduction.optim8bit import moment_round_trip
+
+print(text_table(["grid", "moment", "entries", "rounded to 0", "median rel. error"],
+                 [[r.map, r.moment, f"{r.n_nonzero:,}", f"{100 * r.zero_fraction:.2f}%", f"{r.median_rel_error:.4f}"]
+                  for r in moment_round_trip(optim8bit.train_with(qcfg, 1, "fp32")[0].optimizer)]))
+
+# %% [markdown]
+# Weights can be stored with fewer bits too, for checkpoints and inference: blocks of 64
+# with one fp32 absmax each, 8-bit and 4-bit (two codes per byte), the layout QLoRA uses
+# (here with a linear 4-bit grid, not its NF4). The trained fp32 model from above, its
+# weights quantized, written to a real file, read back (`weights_only=True`) and evaluated:
+
+# %%
+stored = weight_quant.compare_storage(trained)
+print(text_table(["bits", "payload B (measured)", "predicted B", "bytes/param", "rel. weight error", "eval loss"],
+                 [[r.bits, f"{r.payload_bytes:,}", f"{r.predicted_bytes:,}", f"{r.bytes_per_param:.3f}",
+                   f"{r.rel_error:.2e}", f"{r.eval_loss:.4f}"] for r in stored]))
+assert all(r.payload_bytes == r.predicted_bytes for r in stored)
+
+# %% [markdown]
+# ## 7 · Scale and design: a real model on a real GPU
+#
+# GPT-2 XL (1.56 B parameters, s = 1,024) on a 24 GB RTX 4090 (predicted). **Predict:**
+# does it fit with bf16 mixed precision and no recompute? With full recompute?
+
+# %%
+predicted_fit_none = None  # True or False
+predicted_fit_full = None  # True or False
+
+# %%
+xl = {m: design.evaluate("gpt2-xl", "RTX-4090", 1, 1024, recompute=m) for m in design.RECOMPUTE_MODES}
+for mode, d in xl.items():
+    print(f"{mode:10} {d.total_bytes / 1e9:5.1f} GB, extra compute {100 * d.extra_compute:4.1f}%: "
+          f"{'fits' if d.fits else 'does not fit'}")
+print(xl["none"].reason)
+print(checks.reveal_claims({"fits, no recompute": predicted_fit_none, "fits, full recompute": predicted_fit_full},
+                           {"fits, no recompute": xl["none"].fits, "fits, full recompute": xl["full"].fits}))
+cheapest = design.cheapest_fit("gpt2-xl", "RTX-4090", 1, 1024)
+print(f"cheapest change that fits: {cheapest.label}: {cheapest.total_bytes / 1e9:.1f} GB, "
+      f"+{100 * cheapest.extra_compute:.1f}% compute")
+
+# %% [markdown]
+# Recompute cannot rescue a model whose *states* do not fit: that takes fewer bytes per
+# parameter (8-bit states) or sharding (ZeRO, notebook 02). A note on Korthikanti et al.'s
+# 2.7% for selective recompute on GPT-3: that figure equals the attention core's forward
+# *and* backward share of a step (labkit computes 2.69%); re-running only its forward
+# costs a third of it (0.9%).
+
+# %%
+from labkit.shapes import model_shape
+
+gpt3 = model_shape("gpt3-175b")
+print(f"GPT-3, s = 2048: attention core {100 * design.attention_core_share(gpt3, 2048, 1):.2f}% of a step; "
+      f"selective recompute adds {100 * design.extra_compute(gpt3, 2048, 1, 'selective'):.2f}% (predicted)")
+
+# %% [markdown]
+# Now design: pick a model, a GPU, the sequence and micro-batch, and combine recompute,
+# precision and optimizer-state bits until it fits with the least extra compute. Try
+# Llama-2 7B at s = 4,096 on an A100-80GB.
+
+# %% tags=["nbval-ignore-output"]
+from labkit.reduction.panel import ReductionPanel
+
+ReductionPanel()
+
+# %% [markdown]
+# ## 8 · Check yourself
+
+# %%
+checks.check("05.full_recompute_mb", None)
+
+# %%
+checks.check("05.adam8bit_gb", None)
+
+# %%
+checks.check("05.selective_percent", None)
+
+# %%
+checks.check("05.fp16_max", None)
