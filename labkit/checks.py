@@ -195,7 +195,7 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         g = float(guess)
     except (TypeError, ValueError):
         return Feedback(False, f"The guess must be a number (got {guess!r}). {what}: {shown(value)}.")
-    ok = g > 0 and 1 / 1.5 <= g / value <= 1.5
+    ok = g == 0 if value == 0 else (g > 0 and 1 / 1.5 <= g / value <= 1.5)
     verdict = "Close" if ok else ("Too high" if g > value else "Too low")
     return Feedback(ok, f"{verdict}: you said {shown(g)}. {what}: {shown(value)}.")
 

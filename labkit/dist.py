@@ -14,7 +14,9 @@ results in rank order. It is written for a classroom kernel that re-runs cells:
 * a worker that hangs is killed after ``timeout`` seconds and a
   :class:`WorkerTimeout` says which ranks had not finished;
 * no orphans: every child is killed and reaped when ``run`` returns or raises
-  (even on KeyboardInterrupt), and a child dies with its parent (``PR_SET_PDEATHSIG``).
+  (even on KeyboardInterrupt), and a child dies with its parent (``PR_SET_PDEATHSIG``);
+* ``run_outcomes`` is the same launch for a rank that dies on purpose: the others carry
+  on, and each rank's exit code, result or error comes back instead of an exception.
 
 ``fn`` must be importable (a function of a labkit module): spawn cannot pickle a
 function defined in a notebook. The same ``fn`` runs under ``torchrun`` through
@@ -35,7 +37,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -131,14 +134,10 @@ def _stop(procs: list) -> None:
         p.join(timeout=10)
 
 
-def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threads: int = 1, seed: int = 0,
-        **kwargs: Any) -> list[Any]:
-    """Run ``fn(rank, world_size, **kwargs)`` on ``world_size`` local ranks; results in rank order.
-
-    ``threads`` is torch's intra-op thread count per rank (1 keeps results
-    bit-identical from run to run). Raises :class:`WorkerError` if a rank raises,
-    :class:`WorkerTimeout` if the ranks have not all finished after ``timeout`` s.
-    """
+@contextmanager
+def _group(fn: Callable[..., Any], world_size: int, timeout: float, threads: int, seed: int,
+           kwargs: dict[str, Any]) -> Iterator[tuple[list, Path]]:
+    """Check the arguments and start the ranks; on leaving, kill and reap every child, remove the folder."""
     require_positive("world_size", world_size)
     if world_size > MAX_LOCAL_RANKS:
         raise LabkitError(f"world_size must be at most {MAX_LOCAL_RANKS} on one machine (got {world_size})")
@@ -146,15 +145,31 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
     require_positive("threads", threads)
     if getattr(fn, "__module__", "__main__") == "__main__" or "<locals>" in getattr(fn, "__qualname__", ""):
         raise LabkitError(f"fn must be a function of an importable module, not {fn!r} (spawn cannot pickle it)")
-    workdir = tempfile.mkdtemp(prefix="labkit-dist-")
-    procs: list = []
+    workdir, procs = tempfile.mkdtemp(prefix="labkit-dist-"), []
     try:
         job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed)
-        ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
+        procs = [mp.get_context("spawn").Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
                  for r in range(world_size)]  # fmt: skip
         for p in procs:
             p.start()
+        yield procs, Path(workdir)
+    finally:
+        try:
+            _stop(procs)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threads: int = 1, seed: int = 0,
+        **kwargs: Any) -> list[Any]:
+    """Run ``fn(rank, world_size, **kwargs)`` on ``world_size`` local ranks; results in rank order.
+
+    ``threads`` is torch's intra-op thread count per rank (1 keeps results
+    bit-identical from run to run). Raises :class:`WorkerError` if a rank raises or dies
+    (the others are stopped at once), :class:`WorkerTimeout` if the ranks have not all
+    finished after ``timeout`` s. See :func:`run_outcomes` when a rank is meant to die.
+    """
+    with _group(fn, world_size, timeout, threads, seed, kwargs) as (procs, workdir):
         deadline = time.monotonic() + timeout
         pending = {p.sentinel: r for r, p in enumerate(procs)}
         while pending:
@@ -166,13 +181,48 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
                 procs[rank].join(timeout=5)  # reap it, so its exit code is known
                 if procs[rank].exitcode != 0:
                     _wait_all(procs, FAILURE_GRACE_S)  # let the others report what they saw
-                    _raise_first_failure(Path(workdir), procs)
-        return [pickle.loads((Path(workdir) / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
-    finally:
-        try:
-            _stop(procs)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+                    _raise_first_failure(workdir, procs)
+        return [pickle.loads((workdir / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """How one rank of :func:`run_outcomes` ended: ``status`` is ``"ok"`` (``result`` is what ``fn``
+    returned), ``"raised"`` (``error``, ``remote_traceback``) or ``"died"`` (killed, or exited without
+    reporting). ``exit_code`` is the process's: 0, 1 after a raise, -9 after a SIGKILL."""
+
+    rank: int
+    status: str
+    exit_code: int
+    result: Any = None
+    error: str = ""
+    remote_traceback: str = ""
+
+
+def run_outcomes(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threads: int = 1, seed: int = 0,
+                 **kwargs: Any) -> list[RankOutcome]:
+    """Like :func:`run`, but a rank that fails does not stop the others: each runs until it exits.
+
+    For fault-tolerance experiments where a rank dies on purpose and its peers are expected to
+    carry on (``run`` stops the whole group at the first failure, right for everything else).
+    Returns every rank's :class:`RankOutcome` in rank order; raises nothing for a failed rank,
+    only :class:`WorkerTimeout` if some rank is still running after ``timeout`` s (then killed).
+    """
+    with _group(fn, world_size, timeout, threads, seed, kwargs) as (procs, workdir):
+        _wait_all(procs, timeout)
+        alive = [r for r, p in enumerate(procs) if p.is_alive()]
+        if alive:
+            raise WorkerTimeout(alive, timeout)
+        return [_outcome(workdir, r, int(p.exitcode)) for r, p in enumerate(procs)]
+
+
+def _outcome(workdir: Path, rank: int, code: int) -> RankOutcome:
+    path = workdir / f"rank{rank}.pkl"
+    status, *rest = pickle.loads(path.read_bytes()) if path.exists() else ("died",)
+    if status == "error":
+        return RankOutcome(rank, "raised", code, None, rest[0], rest[1])
+    died = RankOutcome(rank, "died", code, None, f"exited with code {code} before reporting a result")
+    return RankOutcome(rank, "ok", code, rest[0]) if status == "ok" else died
 
 
 def _wait_all(procs: list, seconds: float) -> None:

@@ -22,17 +22,19 @@ DEFAULT_PATH = Path(__file__).resolve().parent.parent / "datasets" / "hardware.t
 GB = 1e9
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15}
 _UNITS |= {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
-_SECTIONS = ("gpu", "link", "memory", "storage")
+_SECTIONS = ("gpu", "link", "memory", "storage", "host")
 _BASE = {"name", "aliases", "source", "note"}
 _PRICE = {"price_date", "price_source"}
 _KEYS = {
     "gpu": _BASE | _PRICE | {"memory_gb", "memory_type", "memory_bandwidth_gbps",
-                             "nvlink", "pcie", "tdp_w", "price_usd", "cloud_usd_per_hour"},
+                             "nvlink", "pcie", "tdp_w", "price_usd", "cloud_usd_per_hour",
+                             "memory_energy_pj_per_bit"},
     "link": _BASE | {"kind", "bandwidth_gbps", "bandwidth_total_gbps", "latency_us",
                      "energy_pj_per_bit"},
     "tier": _BASE | _PRICE | {"kind", "capacity_gb", "read_gbps", "write_gbps", "latency_ns",
                               "latency_us", "price_usd_per_gb", "power_w", "endurance_tbw",
                               "channels", "channel_bandwidth_gbps"},
+    "host": _BASE | {"cpu", "sockets", "tdp_w", "cores"},
 }  # fmt: skip
 LINK_KINDS = ("pcie", "nvlink", "infiniband", "ethernet")
 
@@ -54,6 +56,7 @@ class Device:
     cloud_usd_per_hour: float | None
     source: str
     note: str = ""
+    memory_energy_j_per_bit: float | None = None  # HBM/GDDR access energy, when the catalogue gives it
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,25 @@ class Link:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class Host:
+    """The CPU side of a GPU server: sockets of one CPU model, each drawing up to its TDP."""
+
+    name: str
+    aliases: tuple[str, ...]
+    cpu: str
+    sockets: int
+    cores: int  # per socket
+    tdp_watts: float  # per socket
+    source: str
+    note: str = ""
+
+    @property
+    def power_watts(self) -> float:
+        """All sockets at TDP: the most the CPUs of one server draw."""
+        return self.sockets * self.tdp_watts
+
+
 def _norm(name: str) -> str:
     return name.strip().lower().replace(" ", "-").replace("_", "-")
 
@@ -119,6 +141,7 @@ class Catalogue:
     gpus: tuple[Device, ...]
     tiers: tuple[Tier, ...]
     links: tuple[Link, ...]
+    hosts: tuple[Host, ...] = ()
 
     def gpu(self, name: str) -> Device:
         return _find("gpu", self.gpus, name)
@@ -138,6 +161,12 @@ class Catalogue:
 
     def link_names(self) -> list[str]:
         return [li.name for li in self.links]
+
+    def host(self, name: str) -> Host:
+        return _find("host", self.hosts, name)
+
+    def host_names(self) -> list[str]:
+        return [h.name for h in self.hosts]
 
 
 class _Entry:
@@ -195,6 +224,9 @@ def _link_name(e: _Entry, key: str, links: tuple[Link, ...], extra: str = "") ->
 def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
     e.req("peak_tflops_bf16"), e.req("peak_tflops_fp32"), e.req("price_usd", zero_ok=True)
     no_nvlink = e.text("nvlink").strip().lower() == "none"
+    energy = e.opt("memory_energy_pj_per_bit")
+    if energy is not None:
+        e.text("memory_energy_source")
     flops = {k.removeprefix("peak_tflops_"): e.req(k) * 1e12 for k in e.raw if k.startswith("peak_tflops_")}
     return Device(
         name=e.text("name"), aliases=e.aliases(),
@@ -205,6 +237,19 @@ def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
         price_usd=e.dated("price_usd") or 0.0,
         cloud_usd_per_hour=e.dated("cloud_usd_per_hour", prefix="cloud_"),
         source=e.text("source"), note=str(e.raw.get("note", "")),
+        memory_energy_j_per_bit=None if energy is None else energy * 1e-12,
+    )  # fmt: skip
+
+
+def _parse_host(e: _Entry) -> Host:
+    counts = {k: e.req(k) for k in ("sockets", "cores")}
+    for key, value in counts.items():
+        if value != int(value):
+            e.fail(key, f"must be a whole number (got {value!r})")
+    return Host(
+        name=e.text("name"), aliases=e.aliases(), cpu=e.text("cpu"), sockets=int(counts["sockets"]),
+        cores=int(counts["cores"]), tdp_watts=e.req("tdp_w"), source=e.text("source"),
+        note=str(e.raw.get("note", "")),
     )  # fmt: skip
 
 
@@ -281,7 +326,9 @@ def _load(path: Path) -> Catalogue:
     tiers += tuple(_parse_tier(e, ("ssd", "hdd")) for e in _entries(data, "storage", _KEYS["tier"]))
     _check_unique("gpu", gpus)
     _check_unique("tier", tiers)
-    return Catalogue(gpus=gpus, tiers=tiers, links=links)
+    hosts = tuple(_parse_host(e) for e in _entries(data, "host", _KEYS["host"]))
+    _check_unique("host", hosts)
+    return Catalogue(gpus=gpus, tiers=tiers, links=links, hosts=hosts)
 
 
 @functools.lru_cache(maxsize=1)
@@ -304,6 +351,10 @@ def tier(name: str) -> Tier:
 
 def link(name: str) -> Link:
     return load_catalogue().link(name)
+
+
+def host(name: str) -> Host:
+    return load_catalogue().host(name)
 
 
 def transfer_time(nbytes: float, link: Link) -> float:

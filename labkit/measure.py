@@ -17,13 +17,14 @@ Everything here is read off a real step of a real model:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from labkit.train import Trainer
+from labkit.train import MasterWeightAdamW, Trainer
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,15 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def _unique_bytes(tensors) -> int:
+def unique_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
+    """Bytes of the distinct storages behind ``tensors``: tied weights and views counted once, None skipped."""
     seen: dict[int, int] = {}
     for t in tensors:
         if t is not None and t.numel():
             seen[_storage_key(t)] = t.untyped_storage().nbytes()
     return sum(seen.values())
+
+
 
 
 class ModuleHooks:
@@ -185,8 +189,8 @@ class SavedTensorRecorder(ModuleHooks):
         return sum(self.inputs[k] for k in self.batch_seen)
 
 
-def _optimizer_bytes(optimizer) -> tuple[int, int]:
-    """(per-parameter state bytes, bookkeeping bytes) of an optimizer."""
+def optimizer_bytes(optimizer: torch.optim.Optimizer | MasterWeightAdamW) -> tuple[int, int]:
+    """(per-parameter state bytes, bookkeeping bytes) of an optimizer: moments apart from 0-dim step counters."""
     if hasattr(optimizer, "state_tensors"):
         states = optimizer.state_tensors()
         scalars = [t for s in optimizer.state.values() for t in s.values() if not t.dim()]
@@ -194,7 +198,7 @@ def _optimizer_bytes(optimizer) -> tuple[int, int]:
         tensors = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
         states = [t for t in tensors if t.dim()]
         scalars = [t for t in tensors if not t.dim()]
-    return _unique_bytes(states), sum(t.untyped_storage().nbytes() for t in scalars)
+    return unique_bytes(states), sum(t.untyped_storage().nbytes() for t in scalars)
 
 
 def measure_step(trainer: Trainer, step: int | None = None) -> StepMemory:
@@ -211,19 +215,12 @@ def measure_step(trainer: Trainer, step: int | None = None) -> StepMemory:
     with SavedTensorRecorder(model, exclude=(x, y)) as rec:
         _, loss = model(x, y)
     loss.backward()
-    grads = _unique_bytes(p.grad for p in model.parameters())
+    grads = unique_bytes(p.grad for p in model.parameters())
     opt.step()
     opt.zero_grad(set_to_none=True)
     trainer.steps_done = i + 1
-    states, bookkeeping = _optimizer_bytes(opt)
-    return StepMemory(
-        parameters=_unique_bytes(model.parameters()),
-        gradients=grads,
-        optimizer=states,
-        optimizer_bookkeeping=bookkeeping,
-        saved=rec.saved,
-        batch=rec.batch_bytes,
-    )
+    states, bookkeeping = optimizer_bytes(opt)
+    return StepMemory(unique_bytes(model.parameters()), grads, states, bookkeeping, rec.saved, rec.batch_bytes)
 
 
 PHASES = ("before forward", "after forward", "peak backward", "after backward")

@@ -166,11 +166,12 @@ def mode_bars(rows: Mapping[str, tuple[float, float]], highlight: str | None = N
     return fig
 
 
-def line(series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str) -> Figure:
-    """One or more series against their index (a search's best score per generation, say)."""
+def line(series: Mapping[str, Sequence[float]], xlabel: str, ylabel: str, title: str,
+         x: Sequence[float] | None = None) -> Figure:
+    """One or more series against ``x`` (default: their index, a search's best score per generation, say)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for label, ys in series.items():
-        ax.plot(range(len(ys)), ys, marker="o", markersize=3, label=label)
+        ax.plot(range(len(ys)) if x is None else x, ys, marker="o", markersize=3, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -125,3 +125,39 @@ def test_an_interrupted_run_leaves_no_process_and_no_folder(tmp_path, monkeypatc
     assert time.monotonic() - t0 < 30
     assert not _children()
     assert not list(tmp_path.glob("labkit-dist-*"))
+
+
+def carry_on_without_peer(rank: int, world_size: int) -> str:
+    """(Runs in a rank.) Rank 1 SIGKILLs itself after a barrier; rank 0 sees its receive fail and returns."""
+    import torch
+    import torch.distributed as tdist
+
+    tdist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        tdist.recv(torch.empty(1), 1)
+    except RuntimeError as err:  # gloo: the peer's connection closed
+        return f"carried on after: {type(err).__name__}"
+    return "the dead peer answered"
+
+
+def test_run_outcomes_lets_the_survivor_finish_and_reports_every_rank():
+    t0 = time.monotonic()
+    out = dist.run_outcomes(carry_on_without_peer, 2, timeout=30)
+    assert time.monotonic() - t0 < 25  # the closed connection is seen at once, not at the timeout
+    assert [o.rank for o in out] == [0, 1]
+    assert (out[0].status, out[0].exit_code, out[0].result) == ("ok", 0, "carried on after: RuntimeError")
+    assert (out[1].status, out[1].exit_code, out[1].result) == ("died", -9, None)
+    assert out[1].error == "exited with code -9 before reporting a result"
+    assert not _children()
+
+
+def test_run_outcomes_returns_a_raised_error_and_checks_its_arguments():
+    out = dist.run_outcomes(dist.faulty_worker, 2, timeout=30, bad_rank=1, mode="raise")
+    assert (out[1].status, out[1].exit_code) == ("raised", 1)
+    assert out[1].error == "ValueError: rank 1 was told to fail" and "faulty_worker" in out[1].remote_traceback
+    assert out[0].status in ("raised", "died")  # its barrier lost the peer: how it ends is gloo's to say
+    with pytest.raises(LabkitError, match="world_size must be at most 8"):
+        dist.run_outcomes(dist.all_reduce_demo, 9)
+    assert not _children()

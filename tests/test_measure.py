@@ -6,7 +6,15 @@ import torch
 from labkit.bench import MICRO_CONFIGS, MicroConfig
 from labkit.compare import layer_comparison, memory_comparison, setup_for
 from labkit.estimate import training_flops
-from labkit.measure import SavedTensorRecorder, measure_flops, measure_step, peak_step_bytes, phase_memory
+from labkit.measure import (
+    SavedTensorRecorder,
+    measure_flops,
+    measure_step,
+    optimizer_bytes,
+    peak_step_bytes,
+    phase_memory,
+    unique_bytes,
+)
 from labkit.model import GPTConfig, TinyGPT
 from labkit.shapes import ModelShape
 from labkit.train import TrainConfig, Trainer
@@ -101,3 +109,16 @@ def test_peak_holds_states_and_grows_with_the_batch():
         peaks.append(peak_step_bytes(trainer))
         assert peaks[-1] >= step.parameters + step.optimizer + step.activations
     assert peaks[1] > peaks[0]
+
+
+def test_unique_bytes_counts_each_storage_once_and_optimizer_bytes_splits_moments_from_counters():
+    w = torch.zeros(10, 4)
+    assert unique_bytes([w, w, w[2:], w.t(), None, torch.empty(0)]) == 160  # views and repeats: one storage
+    assert unique_bytes([w, torch.zeros(3, dtype=torch.float16)]) == 166
+    lin = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+    assert optimizer_bytes(opt) == (0, 0)  # no state before the first step
+    lin(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    n = sum(q.numel() for q in lin.parameters())
+    assert optimizer_bytes(opt) == (8 * n, 4 * 2)  # two fp32 moments per parameter; one fp32 step per tensor

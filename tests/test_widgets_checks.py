@@ -85,6 +85,7 @@ def test_reveal_number():
     assert not checks.reveal_number(None, 1e9, "needed")
     assert "must be a number" in str(checks.reveal_number("lots", 1e9, "needed"))
     assert str(checks.reveal_number(400, 419, "count", "", 1)) == "Close: you said 400. count: 419."
+    assert checks.reveal_number(0, 0, "steps lost", "", 1) and not checks.reveal_number(1, 0, "steps lost", "", 1)
 
 
 def test_tables_align():

@@ -44,7 +44,7 @@ from labkit import dist as ldist
 from labkit.data import batches
 from labkit.errors import require_choice, require_divides, require_positive
 from labkit.estimate import model_state_bytes, zero_communication_elements
-from labkit.measure import _unique_bytes
+from labkit.measure import unique_bytes
 from labkit.model import GPTConfig, TinyGPT, config_from, count_parameters
 from labkit.train import TrainConfig, Trainer
 
@@ -177,8 +177,8 @@ def held_bytes(net: nn.Module, optimizer: Any, extra: list) -> dict[str, int]:
     params = [*net.parameters(), *extra]
     inner = getattr(optimizer, "optim", getattr(optimizer, "optimizer", optimizer))
     states = [local(t) for s in inner.state.values() for t in s.values() if torch.is_tensor(t) and t.dim()]
-    return {"parameters": _unique_bytes(local(p) for p in params),
-            "gradients": _unique_bytes(local(p.grad) for p in params), "optimizer": _unique_bytes(states)}
+    return {"parameters": unique_bytes(local(p) for p in params),
+            "gradients": unique_bytes(local(p.grad) for p in params), "optimizer": unique_bytes(states)}
 
 
 @dataclass

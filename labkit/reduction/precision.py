@@ -34,7 +34,7 @@ from labkit.compare import Comparison, Row
 from labkit.data import vocab_size
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, model_state_bytes
-from labkit.measure import SavedTensorRecorder, StepMemory, _optimizer_bytes, _unique_bytes
+from labkit.measure import SavedTensorRecorder, StepMemory, optimizer_bytes, unique_bytes
 from labkit.model import GPTConfig
 from labkit.shapes import ModelShape
 from labkit.train import MasterWeightAdamW, TrainConfig, Trainer
@@ -118,12 +118,12 @@ def measure_precision_step(trainer: PrecisionTrainer, step: int | None = None) -
     with SavedTensorRecorder(model, exclude=(x, y)) as rec, trainer.autocast():
         _, loss = model(x, y)
     trainer.scaler.scale(loss).backward()
-    grads = _unique_bytes(p.grad for p in model.parameters())
+    grads = unique_bytes(p.grad for p in model.parameters())
     opt.step()
     opt.zero_grad(set_to_none=True)
     trainer.steps_done = i + 1
-    states, bookkeeping = _optimizer_bytes(opt)
-    return StepMemory(_unique_bytes(model.parameters()), grads, states, bookkeeping, rec.saved, rec.batch_bytes)
+    states, bookkeeping = optimizer_bytes(opt)
+    return StepMemory(unique_bytes(model.parameters()), grads, states, bookkeeping, rec.saved, rec.batch_bytes)
 
 
 def activation_prediction(cfg: GPTConfig, batch: int, precision: str) -> dict[str, dict[str, float]]:

@@ -1,0 +1,13 @@
+"""Cost and green storage (notebook 07): what memory choices cost in money, energy and carbon.
+
+* ``grid``: carbon intensity of a few grids, data-centre PUE and an electricity price, as data
+  (``datasets/grid.toml``), and kWh / kg CO2 conversions;
+* ``capital``: $/GB per tier (HBM through the GPU's price), GPU-hours, cloud and owned dollars;
+* ``energy``: device power x time and data movement (pJ/bit per tier and link, Horowitz's table),
+  and the energy of one training step as a sum of named parts;
+* ``wear``: SSD bytes written against rated endurance (TBW);
+* ``strategies``: all in HBM (ZeRO-3), DRAM offload (ZeRO-Offload), SSD offload (ZeRO-Infinity):
+  GPU count from memory, and one step's time from FLOPs, MFU and exposed transfers;
+* ``run``: a whole run costed (time, $, kWh, kg CO2, SSD wear), the three side by side, who wins;
+* ``panel``: the design widget.
+"""

@@ -1,0 +1,107 @@
+"""The design widget of notebook 07: model, tokens, GPU, strategy, electricity price, grid -> time, $, kWh, CO2, wear.
+
+Every change recosts the three strategies with ``labkit.economics.run.compare`` and draws one
+bar chart per metric (days, rented dollars, facility MWh, tonnes CO2e, SSD lifetimes used), the
+chosen strategy in red. The message gives the chosen strategy's figures. Bad input (no tokens,
+a negative price, an unknown region) shows the message naming the field, never a traceback.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as w
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from labkit import hardware
+from labkit.economics import grid
+from labkit.economics.run import RunCost, compare
+from labkit.economics.strategies import STRATEGIES
+from labkit.errors import LabkitError, require_choice
+from labkit.shapes import model_names, model_shape
+from labkit.widgets import Panel, fit_html
+
+CUSTOM = "custom"
+_BARS = (("days", "days", 1.0), ("cloud_usd", "rented, k$", 1e-3), ("facility_kwh", "facility, MWh", 1e-3),
+         ("kg_co2", "t CO2e", 1e-3), ("ssd_life_used", "SSD lifetimes used", 1.0))
+
+
+def _mass(kg: float) -> str:
+    return f"{kg / 1e3:,.1f} t" if kg >= 1e3 else f"{kg:,.0f} kg"
+
+
+def panel_gpus() -> list[str]:
+    """GPUs the panel can cost: those with a cloud price and a memory energy in the catalogue."""
+    return [g.name for g in hardware.load_catalogue().gpus
+            if g.cloud_usd_per_hour is not None and g.memory_energy_j_per_bit is not None]
+
+
+class EconomicsPanel(Panel):
+    """Three ways to train one model on a token budget, costed in time, money, energy, carbon and SSD wear."""
+
+    def __init__(self, model: str = "llama2-7b", tokens_billion: float = 1000.0, gpu: str = "H100-SXM",
+                 strategy: str = "dram-offload", usd_per_kwh: float | None = None, region: str = "world",
+                 g_co2_per_kwh: float = 400.0) -> None:
+        st = self.STYLE
+        regions = [*grid.names("region"), CUSTOM]
+        gpus = panel_gpus()
+        self.model = w.Dropdown(options=model_names(), value=model_shape(model).name, description="model", style=st)
+        self.tokens = w.FloatText(value=tokens_billion, description="tokens (1e9)", style=st)
+        self.gpu = w.Dropdown(options=gpus, value=require_choice("gpu", hardware.gpu(gpu).name, gpus),
+                              description="GPU", style=st)
+        self.strategy = w.Dropdown(options=list(STRATEGIES), value=require_choice("strategy", strategy, STRATEGIES),
+                                   description="strategy", style=st)
+        price = grid.electricity_usd_per_kwh() if usd_per_kwh is None else usd_per_kwh
+        self.price = w.FloatText(value=price, description="$ per kWh", style=st)
+        self.region = w.Dropdown(options=regions, value=require_choice("region", region, regions),
+                                 description="grid", style=st)
+        self.intensity = w.FloatText(value=g_co2_per_kwh, description="custom gCO2/kWh", style=st)
+        self.runs: dict[str, RunCost] | None = None
+        self._wire([self.model, self.tokens, self.gpu, self.strategy, self.price, self.region, self.intensity])
+
+    @property
+    def run(self) -> RunCost | None:
+        """The chosen strategy's costs, or None after bad input."""
+        return None if self.runs is None else self.runs[self.strategy.value]
+
+    def compute(self) -> tuple[str, list[Figure]]:
+        self.runs = None
+        tokens = self.tokens.value
+        if not isinstance(tokens, (int, float)) or not tokens > 0:
+            raise LabkitError(f"tokens (1e9) must be a positive number (got {tokens!r})")
+        price = self.price.value
+        if not isinstance(price, (int, float)) or price < 0:
+            raise LabkitError(f"$ per kWh must be a non-negative number (got {price!r})")
+        if self.region.value == CUSTOM:
+            intensity = self.intensity.value
+            if not isinstance(intensity, (int, float)) or intensity < 0:
+                raise LabkitError(f"custom gCO2/kWh must be a non-negative number (got {intensity!r})")
+            where = f"a grid at {intensity:g} gCO2/kWh"
+        else:
+            intensity = grid.region(self.region.value).value
+            where = f"{self.region.value} ({intensity:g} gCO2/kWh)"
+        runs = compare(self.model.value, tokens * 1e9, self.gpu.value, g_co2_per_kwh=float(intensity),
+                       usd_per_kwh=float(price))
+        self.runs = runs
+        r = runs[self.strategy.value]
+        wear = "no SSD wear" if r.wear is None else (
+            f"SSDs {r.wear.life_used:.2f} lifetimes used, {r.wear.replacements} drives replaced")
+        text = (f"{fit_html(True, f'{r.strategy}: {r.gpus} x {r.plan.gpu}')}, {r.days:,.0f} days, "
+                f"${r.cloud_usd:,.0f} rented (${r.owned_usd:,.0f} owned), {r.facility_kwh / 1e3:,.1f} MWh, "
+                f"{_mass(r.kg_co2)} CO2e on {where}; {wear} (predicted)")
+        return text, [self.chart(runs, self.strategy.value, f"{self.model.value}, {tokens:g}e9 tokens (predicted)")]
+
+    @staticmethod
+    def chart(runs: dict[str, RunCost], highlight: str, title: str) -> Figure:
+        """One small bar chart per metric, one bar per strategy; the highlighted strategy in red."""
+        fig, axes = plt.subplots(1, len(_BARS), figsize=(11.0, 2.8))
+        labels = list(runs)
+        colors = ["#C44E52" if s == highlight else "#4C72B0" for s in labels]
+        for ax, (metric, label, scale) in zip(axes, _BARS, strict=True):
+            ax.bar(labels, [getattr(runs[s], metric) * scale for s in labels], color=colors)
+            ax.set_title(label, fontsize=9)
+            ax.tick_params(axis="x", labelrotation=40, labelsize=7)
+            ax.tick_params(axis="y", labelsize=7)
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        plt.close(fig)
+        return fig

@@ -1,0 +1,71 @@
+"""The cost and green storage panel of notebook 07, driven without a browser."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.economics.panel import CUSTOM, EconomicsPanel, panel_gpus
+from labkit.economics.strategies import STRATEGIES
+
+
+@pytest.fixture(scope="module")
+def panel():
+    return EconomicsPanel()
+
+
+def test_panel_builds_with_one_bar_per_strategy_and_metric(panel):
+    assert panel.runs is not None and set(panel.runs) == set(STRATEGIES) and len(panel.figures) == 1
+    axes = panel.figures[0].axes
+    assert len(axes) == 5 and all(len(ax.patches) == 3 for ax in axes)
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == list(STRATEGIES)
+    chosen = axes[0].patches[STRATEGIES.index("dram-offload")]
+    assert chosen.get_facecolor()[0] > 0.7  # the chosen strategy in red
+    text = panel.message.value
+    for word in ("dram-offload", "days", "rented", "MWh", "CO2e", "world (481 gCO2/kWh)", "predicted"):
+        assert word in text
+    assert "RTX-4090" not in panel_gpus() and "H100-SXM" in panel_gpus()
+
+
+def test_panel_reacts_to_tokens_region_price_and_strategy(panel):
+    panel.strategy.value, panel.region.value = "dram-offload", "world"
+    before = panel.run
+    panel.tokens.value = panel.tokens.value * 2
+    assert panel.run.time_s == pytest.approx(2 * before.time_s)
+    panel.region.value = "norway"
+    assert panel.run.kg_co2 < before.kg_co2 and "norway (30 gCO2/kWh)" in panel.message.value
+    panel.region.value = CUSTOM
+    panel.intensity.value = 0.0
+    assert panel.run.kg_co2 == 0.0 and "0 gCO2/kWh" in panel.message.value
+    owned = panel.run.owned_usd
+    panel.price.value = panel.price.value * 3
+    assert panel.run.owned_usd > owned
+    panel.strategy.value = "ssd-offload"
+    assert "lifetimes used" in panel.message.value and panel.run.wear is not None
+
+
+@pytest.mark.parametrize("control, value, message", [
+    ("tokens", 0.0, "tokens (1e9) must be a positive number"),
+    ("price", -0.1, "$ per kWh must be a non-negative number"),
+])  # fmt: skip
+def test_panel_shows_bad_input(control, value, message):
+    p = EconomicsPanel()
+    getattr(p, control).value = value
+    assert p.runs is None and p.run is None and not p.figures
+    assert "bad input" in p.message.value and message in p.message.value
+
+
+def test_custom_intensity_must_be_non_negative():
+    p = EconomicsPanel(region=CUSTOM)
+    p.intensity.value = -5.0
+    assert p.runs is None and "custom gCO2/kWh must be a non-negative number" in p.message.value
+    p.intensity.value = 100.0
+    assert p.runs is not None and "100 gCO2/kWh" in p.message.value
+
+
+def test_unknown_values_name_the_field():
+    with pytest.raises(Exception, match="strategy must be one of hbm, dram-offload, ssd-offload"):
+        EconomicsPanel(strategy="tape")
+    with pytest.raises(Exception, match="region must be one of world"):
+        EconomicsPanel(region="mars")
+    with pytest.raises(Exception, match="gpu must be one of"):
+        EconomicsPanel(gpu="RTX-4090")
