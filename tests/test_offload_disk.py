@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,7 +91,66 @@ def test_bad_input(tmp_path: Path) -> None:
 
 def test_measure_disk_is_quick_and_leaves_nothing(tmp_path: Path) -> None:
     bw = measure_disk(tmp_path, nbytes=16 * 2**20, block=4 * 2**20)
-    assert bw.write_bps > 0 and bw.read_bps > 0 and bw.method in ("O_DIRECT", "buffered+fsync+DONTNEED")
+    assert bw.write_bps > 0 and bw.read_bps > 0 and bw.allocate_bps > 0
+    assert bw.method in ("O_DIRECT", "buffered+fsync+DONTNEED")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(LabkitError, match="block"):
         measure_disk(tmp_path, nbytes=10 * 2**20, block=3 * 2**20)
+
+
+def _eio(fail_on):
+    """A stand-in for an os call that raises EIO, as a failing disk does, when ``fail_on(call number)``."""
+    calls = []
+
+    def wrap(real):
+        def call(*args):
+            calls.append(threading.current_thread().name)
+            if fail_on(len(calls)):
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            return real(*args)
+        return call
+    return wrap, calls
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "buffered"])
+def test_read_error_names_file_and_errno_also_from_an_io_thread(direct, tmp_path, monkeypatch) -> None:
+    wrap, calls = _eio(lambda n: n == 3)
+    with DiskStore(tmp_path, direct=direct, chunk_bytes=4096, io_threads=2) as s:
+        t = torch.randn(8 * 1024)  # 32 KiB: eight chunks, read on the store's I/O threads
+        s.write("states", t)
+        monkeypatch.setattr(os, "preadv", wrap(os.preadv))
+        with pytest.raises(LabkitError) as info:
+            s.read("states")
+        monkeypatch.undo()
+        assert any(name.startswith("labkit-io") for name in calls)
+        assert str(s.path / "states") in str(info.value) and "[Errno 5] Input/output error" in str(info.value)
+        assert torch.equal(s.read("states"), t)  # the store is still usable
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "buffered"])
+def test_failed_rewrite_reads_as_missing_never_as_a_torn_file(direct, tmp_path, monkeypatch) -> None:
+    wrap, _ = _eio(lambda n: n == (2 if direct else 1))  # direct: mid-file, 4 chunks
+    with DiskStore(tmp_path, direct=direct, chunk_bytes=4096, io_threads=2) as s:
+        s.write("a", torch.zeros(4096))
+        monkeypatch.setattr(os, "pwritev", wrap(os.pwritev))
+        with pytest.raises(LabkitError, match=r"writing offload file .*a: \[Errno 5\] Input/output error"):
+            s.write("a", torch.ones(4096))
+        monkeypatch.undo()
+        with pytest.raises(LabkitError, match="missing"):
+            s.read("a")
+        assert s.path is not None and list(s.path.iterdir()) == [] and s.bytes_on_disk == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rewrite_in_place_and_reads_are_independent(store: DiskStore) -> None:
+    assert store.path is not None
+    store.write("a", torch.zeros(3000))
+    inode = os.stat(store.path / "a").st_ino
+    store.write("a", torch.arange(3000.0))  # same size: the same file, overwritten
+    assert os.stat(store.path / "a").st_ino == inode
+    first, second = store.read("a"), store.read("a")  # staging memory is reused, results are not
+    first.zero_()
+    assert torch.equal(second, torch.arange(3000.0)) and torch.equal(store.read("a"), torch.arange(3000.0))
+    store.write("a", torch.zeros(10))  # another size: a new file
+    assert torch.equal(store.read("a"), torch.zeros(10))

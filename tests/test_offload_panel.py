@@ -32,6 +32,16 @@ def test_vdnn_fits_where_no_offload_does_not():
     assert {e.stream for e in panel.result.timeline.events} == {"compute", "d2h", "h2d"}
 
 
+def test_swapadvisor_fits_where_vdnn_fits_at_the_defaults():
+    panel = OffloadPanel()
+    assert "fits" in panel.message.value
+    vdnn = panel.result
+    panel.policy.value = "swapadvisor"
+    assert "fits" in panel.message.value and "out of memory" not in panel.message.value
+    assert panel.result.peak_bytes <= panel.machine().capacity_bytes
+    assert panel.result.time_s <= vdnn.time_s
+
+
 def test_disk_policy_uses_the_disk_and_slows_with_it():
     panel = OffloadPanel(policy="vdnn-to-disk")
     assert {e.stream for e in panel.result.timeline.events} == {"compute", "disk"}

@@ -1,6 +1,9 @@
 """vDNN offload to DRAM and disk: bit-identical gradients, exact bytes, clear errors, no files left."""
 
+import errno
 import os
+import threading
+import time
 
 import pytest
 import torch
@@ -151,3 +154,77 @@ def test_prediction_on_a100_over_pcie4():
     slow = predict_vdnn(1e10, 1e12, n_layers=4, gpu="A100-80GB", efficiency=0.5)
     assert stall_seconds(slow) > 0.1
     assert slow.busy("compute") == pytest.approx(fast.busy("compute"))
+
+
+def _prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "labkit-vdnn-prefetch"]
+
+
+@pytest.mark.parametrize("where", ["prefetch-thread", "third-read", "prefetch-thread-bug"])
+def test_read_error_in_backward_is_clear_stops_the_prefetcher_and_leaves_nothing(where, tmp_path, monkeypatch):
+    cfg = _cfg()
+    trace = trace_step(Trainer(cfg))
+    t = Trainer(cfg)
+    real, calls, uncaught = os.preadv, [], []
+
+    def failing_disk(*args):  # EIO, as a disk that fails a read does
+        calls.append(threading.current_thread().name)
+        on_prefetcher = calls[-1] == "labkit-vdnn-prefetch" and calls.count("labkit-vdnn-prefetch") == 1
+        if where == "prefetch-thread-bug" and on_prefetcher:
+            raise RuntimeError("not an OSError")  # must neither hang backward nor escape as a thread's traceback
+        if (where == "prefetch-thread" and on_prefetcher) or (where == "third-read" and len(calls) == 3):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(*args)
+
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    with Offloader(t.model, "disk", trace=trace, root=tmp_path) as off:
+        start = off.begin_backward
+
+        def begin_backward():  # the prefetcher claims its first tensors before backward starts
+            start()
+            deadline = time.monotonic() + 10
+            while all(s.state == "pending" for s in off.slots.values()) and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+        monkeypatch.setattr(off, "begin_backward", begin_backward)
+        monkeypatch.setattr(os, "preadv", failing_disk)
+        with pytest.raises(OffloadError) as info:
+            offloaded_step(t, off)
+        monkeypatch.setattr(os, "preadv", real)
+        assert off._thread is None and _prefetch_threads() == []
+        assert off.dir is not None and list(off.dir.iterdir()) == []  # no offload file outlives the failed step
+        t.optimizer.zero_grad(set_to_none=True)
+        assert offloaded_step(t, off) > 0  # the offloader recovers for the next step
+    msg = str(info.value)
+    print(msg)
+    reason = "RuntimeError: not an OSError" if where.endswith("bug") else "[Errno 5] Input/output error"
+    assert reason in msg and "saved tensor #" in msg and str(tmp_path) in msg
+    if where.startswith("prefetch-thread"):
+        assert "labkit-vdnn-prefetch" in calls
+    assert uncaught == []  # reported by the step, not as a traceback from a thread
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("when", ["before-its-read", "during-its-read"])
+def test_file_truncated_while_backward_runs(when, tmp_path, monkeypatch):
+    t = Trainer(_cfg())
+    real, calls = os.preadv, []
+    with pytest.raises(OffloadError) as info, Offloader(t.model, "disk", root=tmp_path, lookahead=1) as off:
+
+        def truncating_disk(fd, buffers, offset):  # cuts the last tensor backward needs, once backward reads
+            calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+            victim = off.slots[off.by_index[min(off.by_index)]]
+            if (when == "before-its-read" and len(calls) == 2) or (when == "during-its-read"
+                                                                   and calls[-1] == str(victim.path)):
+                os.truncate(victim.path, victim.nbytes // 2)
+                monkeypatch.setitem(info_box, "victim", victim)
+            return real(fd, buffers, offset)
+
+        info_box: dict = {}
+        monkeypatch.setattr(os, "preadv", truncating_disk)
+        offloaded_step(t, off)
+    victim = info_box["victim"]
+    msg = str(info.value)
+    assert str(victim.path) in msg and victim.module in msg and "truncated" in msg
+    assert _prefetch_threads() == []
+    assert list(tmp_path.iterdir()) == []

@@ -53,13 +53,25 @@ class Machine:
 
 @dataclass(frozen=True)
 class Plan:
-    """Per op: swap its activation out (``swap``) and prefetch it ``ahead`` backward ops early (>= 1)."""
+    """Per op: swap its activation out (``swap``), prefetch it ``ahead`` backward ops early (>= 1), and ``sync``.
+
+    ``sync[i]``: the forward of op i + 1 waits until op i's activation has left the device (vDNN's
+    synchronisation, Rhu et al., MICRO 2016, and FlashNeuron's): without it compute runs ahead of a slow
+    link and swapped activations pile up on the device, so the plan saves no memory. A single bool applies
+    to every op (it is stored as a tuple).
+    """
 
     swap: tuple[bool, ...]
     ahead: tuple[int, ...]
     target: str = "host"
     path: str = "direct"
-    sync: bool = False  # vDNN/FlashNeuron: the next forward waits until this activation has left the device
+    sync: bool | tuple[bool, ...] = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sync, bool):
+            object.__setattr__(self, "sync", (self.sync,) * len(self.swap))
+        else:
+            object.__setattr__(self, "sync", tuple(bool(x) for x in self.sync))
 
     @classmethod
     def none(cls, n: int, target: str = "host", path: str = "direct") -> Plan:
@@ -127,16 +139,16 @@ def _hops(nbytes: float, m: Machine, plan: Plan) -> tuple[list[tuple[str, float]
 def simulate_iteration(ops: list[Op], m: Machine, plan: Plan) -> Result:
     """Forward ops in order, then backward in reverse; swapped activations move on the copy streams."""
     n = len(ops)
-    if len(plan.swap) != n or len(plan.ahead) != n:
-        raise LabkitError(f"plan.swap and plan.ahead must have one entry per op ({n}), "
-                          f"got {len(plan.swap)} and {len(plan.ahead)}")
+    if len(plan.swap) != n or len(plan.ahead) != n or len(plan.sync) != n:
+        raise LabkitError(f"plan.swap, plan.ahead and plan.sync must have one entry per op ({n}), "
+                          f"got {len(plan.swap)}, {len(plan.ahead)} and {len(plan.sync)}")
     require_choice("plan.target", plan.target, TARGETS)
     require_choice("plan.path", plan.path, PATHS)
     if any(a < 1 for a in plan.ahead):
         raise LabkitError(f"plan.ahead must be >= 1 for every op (got {min(plan.ahead)})")
     compute, copies = [], []
     for i, op in enumerate(ops):
-        wait = (f"out{i - 1}.0",) if plan.sync and i and plan.swap[i - 1] else ()
+        wait = (f"out{i - 1}.0",) if i and plan.sync[i - 1] and plan.swap[i - 1] else ()
         compute.append(Task(f"F{i}", "compute", op.fwd_s, wait, "F", {"op": op.name}))
         if plan.swap[i]:
             prev = f"F{i}"

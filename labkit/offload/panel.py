@@ -79,8 +79,8 @@ class OffloadPanel(Panel):
             res = swapadvisor.search(ops, m).best.result
         else:
             plan = {"none": Plan.none(len(ops)),
-                    "vdnn-all": replace(swapadvisor.vdnn_plan(ops), sync=True),
-                    "vdnn-to-disk": replace(swapadvisor.vdnn_plan(ops, target="disk"), sync=True)}[policy]
+                    "vdnn-all": swapadvisor.vdnn_plan(ops),
+                    "vdnn-to-disk": swapadvisor.vdnn_plan(ops, target="disk")}[policy]
             res = simulate_iteration(ops, m, plan)
         self.result = res
         busy = compute_time(ops)

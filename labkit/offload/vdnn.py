@@ -8,12 +8,18 @@ tiny GPT through ``torch.autograd.graph.saved_tensors_hooks``:
 
 * ``store="dram"``: a copy into a separate host buffer. On a GPU this is a pinned-memory
   D2H copy; on this CPU-only build it is a plain copy into another buffer, the same bytes;
-* ``store="disk"``: one raw file per storage in a temporary directory (``np`` reads it
-  back); bytes are written as a uint8 view of the storage, so bf16 (which numpy lacks)
-  round-trips bit for bit, like the int16 view in the field notes;
+* ``store="disk"``: one raw file per storage in a :class:`labkit.offload.disk.DiskStore`
+  (``O_DIRECT`` where the file system allows it, so the bytes reach the disk rather than the
+  page cache); bytes are written as a uint8 view of the storage, so bf16 round-trips bit
+  for bit, like the int16 view in the field notes;
 * a background thread reads offloaded tensors in backward order (from the trace of the
   first iteration, or reversed save order without one), at most ``lookahead`` ahead; a use
   that finds its tensor not yet read is a *stall*.
+
+A file that is missing, truncated (also while backward runs) or unreadable (``EIO``), or a
+full disk, raises :class:`OffloadError` in the training step, naming the file, the tensor
+and the OS's reason, whichever thread hit it; the prefetch thread stops and no offload file
+is left behind.
 
 Which tensors go (``OffloadPolicy``): ``all`` (every saved storage of at least
 ``min_bytes``), ``conv-like`` (vDNN's ``vDNN_conv``: only the inputs saved by the
@@ -30,14 +36,11 @@ tensor; the budget counts them as gone once copied, as vDNN's device would.
 from __future__ import annotations
 
 import fnmatch
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
 
@@ -46,6 +49,7 @@ from labkit.hardware import gpu as find_gpu
 from labkit.hardware import link as find_link
 from labkit.hardware import transfer_time
 from labkit.offload.budget import DeviceOutOfMemory, ResidentCounter, SavedHooks, _Held, model_state_bytes
+from labkit.offload.disk import DiskFull, DiskStore
 from labkit.offload.trace import Trace
 from labkit.sim import Task, Timeline, simulate
 
@@ -101,6 +105,7 @@ class _Slot:
     module: str
     nbytes: int
     path: Path | None = None
+    name: str | None = None
     buf: torch.Tensor | None = None
     data: torch.Tensor | None = None
     error: LabkitError | None = None
@@ -147,6 +152,7 @@ class Offloader(SavedHooks):
         self.lookahead = require_positive("lookahead", lookahead)
         self.root, self.quota = root, quota_bytes
         self.dir: Path | None = None
+        self._disk: DiskStore | None = None
         self.stats = OffloadStats()
         self.counter = ResidentCounter(capacity, self.states)
         self.peak = self.counter.peak
@@ -199,7 +205,8 @@ class Offloader(SavedHooks):
             return held.tensor
         u8 = self._fetch(held.key)
         dtype, shape, stride, offset = held.meta
-        return torch.empty(0, dtype=dtype).set_(u8.untyped_storage(), offset, shape, stride)
+        base = u8.storage_offset() // dtype.itemsize  # the copy may start inside its own storage (page alignment)
+        return torch.empty(0, dtype=dtype).set_(u8.untyped_storage(), base + offset, shape, stride)
 
     def _released(self, key: int) -> None:
         with self._cond:
@@ -216,7 +223,8 @@ class Offloader(SavedHooks):
             order = [self.by_index[i] for i in self.trace.fetch_order() if i in self.by_index]
         else:
             order = list(reversed(self.slots))
-        self._thread = threading.Thread(target=self._prefetch, args=(order,), daemon=True)
+        self._thread = threading.Thread(target=self._prefetch, args=(order,), daemon=True,
+                                        name="labkit-vdnn-prefetch")
         self._thread.start()
 
     def end_step(self) -> None:
@@ -232,18 +240,18 @@ class Offloader(SavedHooks):
         if self.store == "dram":
             slot.buf = u8.clone()
         else:
-            assert self.dir is not None, "use the Offloader as a context manager"
-            slot.path = self.dir / f"{self.gen:04d}-{slot.index:05d}-{slot.module or 'root'}.bin"
+            disk = self._disk
+            assert disk is not None and disk.path is not None, "use the Offloader as a context manager"
+            slot.name = f"{self.gen:04d}-{slot.index:05d}-{slot.module or 'root'}.bin"
+            slot.path = disk.path / slot.name
             if self.quota is not None and self._on_disk + slot.nbytes > self.quota:
                 raise OffloadDiskFull(f"offload disk full writing {slot.path}: {slot.label()} does not fit the "
                                       f"quota of {self.quota:,} bytes ({self._on_disk:,} in use)")
             try:
-                with open(slot.path, "wb") as f:
-                    f.write(memoryview(u8.numpy()))
-            except OSError as err:
-                slot.path.unlink(missing_ok=True)
-                cls = OffloadDiskFull if err.errno == 28 else OffloadError
-                raise cls(f"cannot write {slot.path} for {slot.label()}: {err.strerror}") from err
+                disk.write(slot.name, u8)
+            except LabkitError as err:
+                cls = OffloadDiskFull if isinstance(err, DiskFull) else OffloadError
+                raise cls(f"cannot write {slot.path} for {slot.label()}: {err}") from err
             self._on_disk += slot.nbytes
         self.stats.bytes_written += slot.nbytes
 
@@ -252,35 +260,40 @@ class Offloader(SavedHooks):
             if slot.buf is None:
                 raise OffloadError(f"the DRAM copy of {slot.label()} is gone")
             return slot.buf.clone()
-        path = slot.path
+        if self._disk is None or slot.name is None:
+            raise OffloadError(f"offload file {slot.path} of {slot.label()} is missing: the offloader was closed")
         try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            raise OffloadError(f"offload file {path} of {slot.label()} is missing") from None
-        if size != slot.nbytes:
-            raise OffloadError(f"offload file {path} of {slot.label()} is truncated: {size:,} of "
-                               f"{slot.nbytes:,} bytes")
-        try:
-            return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
-        except OSError as err:
-            raise OffloadError(f"cannot read offload file {path} of {slot.label()}: {err}") from err
+            return self._disk.read(slot.name)
+        except LabkitError as err:
+            raise OffloadError(f"{slot.label()} could not be read back in backward: {err}") from err
 
     def _load(self, slot: _Slot) -> None:
-        """Read one slot (prefetcher or consumer); the caller has marked it 'reading'."""
+        """Read one slot (prefetcher or consumer); the caller has marked it 'reading'.
+
+        Whatever goes wrong is kept on the slot and raised by the backward that uses it: an
+        error on the prefetch thread must reach the training step, and never leave it waiting.
+        """
+        data, error = None, None
         try:
-            data, error = self._read(slot), None
-        except OffloadError as err:
-            data, error = None, err
-        with self._cond:
-            if data is not None:
-                self.stats.bytes_read += slot.nbytes
-                self._unlink(slot)
-                try:
-                    self.counter.alloc(self.by_index[slot.index], slot.nbytes, slot.module, "prefetched tensor")
-                except DeviceOutOfMemory as err:
-                    data, error = None, err
-            slot.data, slot.error, slot.state = data, error, "ready"
-            self._cond.notify_all()
+            data = self._read(slot)
+        except LabkitError as err:
+            error = err
+        except Exception as err:  # not ours (a bug, an injected fault): still the step's error, named
+            error = OffloadError(f"reading {slot.label()} from {slot.path} failed: {type(err).__name__}: {err}")
+            error.__cause__ = err
+        finally:
+            with self._cond:
+                if data is not None:
+                    self.stats.bytes_read += slot.nbytes
+                    self._unlink(slot)
+                    try:
+                        self.counter.alloc(self.by_index[slot.index], slot.nbytes, slot.module, "prefetched tensor")
+                    except DeviceOutOfMemory as err:
+                        data, error = None, err
+                elif error is None:
+                    error = OffloadError(f"reading {slot.label()} was interrupted")
+                slot.data, slot.error, slot.state = data, error, "ready"
+                self._cond.notify_all()
 
     def _prefetch(self, order: list[int]) -> None:
         for key in order:
@@ -295,6 +308,8 @@ class Offloader(SavedHooks):
                 slot.state = "reading"
                 self._ahead += 1
             self._load(slot)
+            if slot.error is not None:  # backward fails at this tensor: reading further is wasted
+                return
 
     def _fetch(self, key: int) -> torch.Tensor:
         with self._cond:
@@ -315,18 +330,21 @@ class Offloader(SavedHooks):
             self._load(slot)
         with self._cond:
             while slot.state != "ready":
-                self._cond.wait()
+                self._cond.wait(timeout=1.0)
+                thread = self._thread
+                if slot.state == "reading" and not mine and (thread is None or not thread.is_alive()):
+                    raise OffloadError(f"the prefetch thread stopped while it was reading {slot.label()}")
             if slot.error is not None:
                 raise slot.error
             self.peak = max(self.peak, self.counter.peak)
             return slot.data
 
     def _unlink(self, slot: _Slot) -> None:
-        if slot.path is not None:
-            if slot.path.exists():
-                self._on_disk -= slot.nbytes
-            slot.path.unlink(missing_ok=True)
-            slot.path = None
+        if slot.name is not None:
+            self._on_disk -= slot.nbytes
+            if self._disk is not None and self._disk.path is not None:
+                self._disk.remove(slot.name)
+            slot.name = None
 
     def _join(self) -> None:
         with self._cond:
@@ -338,8 +356,13 @@ class Offloader(SavedHooks):
 
     def __enter__(self) -> Offloader:
         if self.store == "disk":
-            self.dir = Path(tempfile.mkdtemp(prefix="labkit-vdnn-", dir=self.root))
-        return super().__enter__()
+            self._disk = DiskStore(self.root)
+            self.dir = self._disk.path
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._close_disk()
+            raise
 
     def __exit__(self, *exc) -> None:
         try:
@@ -347,9 +370,12 @@ class Offloader(SavedHooks):
             super().__exit__(*exc)
             self._reset()
         finally:
-            if self.dir is not None:
-                shutil.rmtree(self.dir, ignore_errors=True)
-                self.dir = None
+            self._close_disk()
+
+    def _close_disk(self) -> None:
+        if self._disk is not None:
+            self._disk.close()  # removes the directory and every file in it
+            self._disk, self.dir = None, None
 
 
 def offloaded_forward_backward(trainer, off: Offloader, step: int | None = None) -> torch.Tensor:
