@@ -1,0 +1,60 @@
+"""The crossbar panel of notebook 08, driven without a browser."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch.nn as nn
+
+from labkit.errors import LabkitError
+from labkit.future.panel import CURVE_BITS, CrossbarPanel, default_layer
+
+
+def test_panel_shows_error_and_energy():
+    panel = CrossbarPanel()
+    assert panel.error is not None and 0 < panel.error < 0.5 and len(panel.figures) == 1
+    assert "output error" in panel.message.value and "nJ" in panel.message.value
+    assert "predicted" in panel.message.value and "digital: 0%" in panel.message.value
+    left, right = panel.figures[0].axes
+    assert list(left.lines[0].get_xdata()) == list(CURVE_BITS)
+    assert [t.get_text() for t in right.get_xticklabels()] == ["crossbar", "digital\n(SRAM)", "digital\n(DRAM)"]
+    assert panel.energy.ratio("dram") > panel.energy.ratio("sram") > 1
+
+
+def test_fewer_adc_bits_more_error_and_less_adc_energy():
+    panel = CrossbarPanel(noise_percent=0.0, weight_bits=8)
+    before, energy = panel.error, panel.energy.adc_j
+    panel.adc_bits.value = 3
+    assert panel.error > before and panel.energy.adc_j < energy
+    panel.noise_percent.value = 5.0
+    assert panel.error > 0
+
+
+def test_panel_is_deterministic_and_fast():
+    a, b = CrossbarPanel(), CrossbarPanel()
+    assert a.error == b.error and a.message.value == b.message.value
+    start = time.perf_counter()
+    a.array_size.value = 64
+    assert time.perf_counter() - start < 5.0  # generous: the CI machine is shared; it is ~0.1 s alone
+    assert "arrays" in a.message.value and a.error is not None
+
+
+def test_panel_takes_a_trained_layer():
+    layer, x = default_layer(64, 32, seed=1)
+    panel = CrossbarPanel(layer, x, array_size=16)
+    assert "8 arrays" in panel.message.value  # 64/16 row tiles x 32/16 column tiles
+    with pytest.raises(LabkitError, match="layer and inputs must be given together"):
+        CrossbarPanel(nn.Linear(4, 4))
+
+
+@pytest.mark.parametrize("control, value, message", [
+    ("noise_percent", -1.0, "read noise % must be between 0 and 100"),
+    ("noise_percent", 150.0, "read noise % must be between 0 and 100"),
+    ("array_size", 0, "array rows=cols must be a positive integer"),
+])  # fmt: skip
+def test_panel_shows_bad_input(control, value, message):
+    panel = CrossbarPanel()
+    getattr(panel, control).value = value
+    assert panel.error is None and not panel.figures
+    assert "bad input" in panel.message.value and message in panel.message.value

@@ -1,0 +1,177 @@
+# %% [markdown]
+# # 08 · The future: multi-level storage, data orchestration, near-data and in-memory computing
+#
+# **Why it matters.** Every notebook so far moved data to where the compute is: activations
+# out to DRAM and back, optimizer states over PCIe, weights from HBM into the cores. Moving
+# data costs more time and energy than computing on it. Five directions follow: treat HBM,
+# DRAM and SSD as **one hierarchy** with placement planned from the trace (data
+# orchestration); compute **near the data** (the optimizer step where its states live); and
+# compute **in the memory** itself (analog crossbars, processing-in-memory DRAM).
+#
+# Each direction below is an experiment: the trace is recorded from a real training step,
+# the crossbar runs the trained tiny GPT's layers, and the rest is labkit's model (predicted).
+
+# %%
+from labkit import checks, plots
+from labkit.future import crossbar, hierarchy, near_data, pim
+from labkit.future import exercises as _exercises  # noqa: F401  (registers the 08.* exercises)
+from labkit.model import GPTConfig
+from labkit.tables import text_table
+from labkit.train import TrainConfig, Trainer, seed_everything
+
+seed_everything(0)
+
+# %% [markdown]
+# ## 1 · One step's trace, on a three-level hierarchy
+#
+# One real training step of the tiny GPT, recorded op by op: the weights each op reads, the
+# activations it saves, the ones backward reads back, and its FLOPs.
+
+# %%
+trainer = Trainer(TrainConfig(model=GPTConfig(vocab_size=35, n_layer=2, d_model=64, seq_len=32), batch_size=4))
+trace = hierarchy.record_trace(trainer)
+print(f"{len(trace.ops)} ops, {len(trace.blocks)} blocks: {trace.bytes_of('weight'):,} B of weights, "
+      f"{trace.bytes_of('activation'):,} B of activations, working set {trace.working_set:,} B (measured)")
+
+# %% [markdown]
+# The trace replays on HBM (a cache), host DRAM (a cache) and an SSD behind both, with
+# bandwidths from the catalogue (H100 HBM, PCIe 5, DDR5, NVMe). Two policies: **LRU**
+# (fetch on demand, evict the least recently used page) and **trace-aware** (knows every
+# next use from the first iteration: evicts the page used furthest in the future, Belady's
+# MIN, and prefetches ahead of use). **Predict:** with HBM holding half the working set,
+# what share of LRU's stall time does the trace-aware schedule remove, in per cent?
+
+# %%
+predicted_stall_cut = None  # per cent
+
+# %%
+rows = []
+for fraction in (1.0, 0.8, 0.5, 0.3):
+    lru, aware = hierarchy.compare(trace, hierarchy.scaled(trace, fraction, 0.3))
+    rows.append([f"{fraction:.0%}", lru.misses, aware.misses, f"{1e6 * lru.stall_s:,.0f}",
+                 f"{1e6 * aware.stall_s:,.0f}"])
+    if fraction == 0.5:
+        half = (lru, aware)
+print(text_table(["HBM / working set", "LRU misses", "trace-aware misses", "LRU stall, us", "trace-aware stall, us"],
+                 rows))
+cut = 100 * (1 - half[1].stall_s / half[0].stall_s)
+print(checks.reveal_number(predicted_stall_cut, cut, "Stall removed by the trace-aware schedule (simulated)", "%", 1))
+print(text_table(["tier", "capacity B", "reads", "hits", "hit rate", "bytes served"], half[1].rows()))
+
+# %% [markdown]
+# Training's access pattern repeats every iteration (notebook 04), so the schedule can be
+# planned once, from the first: fewer misses (MIN is optimal in misses) and copies started
+# before they are needed. Orchestration is the software half of multi-level storage.
+#
+# ## 2 · Near-data computing: run the optimizer where its states live
+#
+# Adam on 7 B parameters whose states (fp32 master weights and two moments, 12 bytes per
+# parameter) live in host DRAM. The standard path moves them to the GPU and back; the
+# near-data path sends the gradients to the states and the updated 16-bit weights back.
+# First the bytes, measured on a real Adam step of the tiny GPT beside the formula:
+
+# %%
+measured = near_data.measure_adam(Trainer(TrainConfig(model=GPTConfig(vocab_size=35, n_layer=2, d_model=32),
+                                                      batch_size=4)))
+print(text_table(["quantity", "measured B", "formula B"], [[q, f"{m:,}", f"{f:,}"] for q, m, f in measured.rows()]))
+
+# %% [markdown]
+# **Predict:** is the near-data path faster for 7 B parameters on an H100 over PCIe 5?
+
+# %%
+predicted_near_faster = None  # True or False
+
+# %%
+paths = near_data.adam_paths(7_000_000_000)
+print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
+                 [[p, leg, where, f"{b / 1e9:,.0f} GB", f"{s:.3f}", f"{j:.1f}"]
+                  for p, leg, where, b, s, j in paths.rows()]))
+print(checks.reveal_claims({"near-data is faster": predicted_near_faster},
+                           {"near-data is faster": paths.winner == "near-data"}))
+be = near_data.break_even_bandwidth("dram")
+print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth; for states on an SSD whose engine only gets "
+      f"the drive's own bandwidth, below {near_data.break_even_bandwidth('ssd') / 1e9:.1f} GB/s (predicted)")
+
+# %% [markdown]
+# The step is memory-bound: it touches 28 bytes per parameter for a dozen FLOPs. Doing it
+# in DRAM is slower per byte than in HBM, but it saves the trip over PCIe, which is slower
+# still. Energy barely moves: DRAM at 20 pJ/bit costs more per byte touched than HBM.
+#
+# ## 3 · In-memory computing: an analog crossbar runs the trained GPT
+#
+# In a resistive crossbar each weight is a pair of conductances; inputs are voltages on the
+# rows, and each column's current is a dot product (Kirchhoff's law), computed where the
+# weights are stored (PRIME, ISAAC, ISCA 2016). The price is precision: weights become a few
+# conductance levels, inputs pass a DAC, outputs an ADC, and every read is noisy. The tiny
+# GPT is trained, then its attention and MLP linear layers are swapped for simulated
+# crossbars (128 x 128 arrays). **Predict:** the fewest ADC bits that keep the validation
+# loss within 0.01 of the digital model.
+
+# %%
+predicted_adc_bits = None
+
+# %%
+gpt = crossbar.tiny_trainer()
+adc = crossbar.sweep(gpt, "adc_bits", [2, 4, 6, 8, 10, None])
+print(text_table(["ADC bits", "analog loss", "digital loss", "gap"], adc.rows()))
+enough = min(p.setting for p in adc.points if p.setting is not None and abs(p.gap) <= 0.01)
+print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1))
+
+# %% [markdown]
+# Read noise, as a fraction of the largest conductance (seeded, so the same every run):
+
+# %%
+noise = crossbar.sweep(gpt, "noise", [0.0, 0.02, 0.05, 0.1, 0.2])
+print(text_table(["read noise", "analog loss", "digital loss", "gap"], noise.rows()))
+plots.line({"ADC bits 2-10": [p.loss for p in adc.points[:-1]]}, "ADC bits (2, 4, 6, 8, 10)",
+           "validation loss", "Analog crossbar: loss against ADC precision (simulated)")
+
+# %% [markdown]
+# ## 4 · What it saves: energy of one matrix-vector product
+#
+# A 128 x 128 product on a crossbar (ADC conversions dominate) beside fetching the weights
+# and multiplying digitally (Horowitz's 45 nm energies; ADC and device energies are stated
+# assumptions in `datasets/pim.toml`):
+
+# %%
+e = pim.mvm_energy(128, 128)
+print(text_table(["path", "part", "nJ"], [[p, part, f"{nj:,.2f}"] for p, part, nj in e.rows()]))
+
+# %% [markdown]
+# ## 5 · Processing in memory: published results beside the lab's model
+#
+# The headline claims, as their papers report them (sources in `datasets/pim.toml`), and what
+# labkit's roofline and energy model predict for the same kind of kernel:
+
+# %%
+for v in pim.model_views():
+    print(f"{v.system:8} reported {v.reported_x:g}x ({v.metric}); model {v.modelled_x:,.1f}x: {v.detail}")
+
+# %% [markdown]
+# The roofline says why PIM helps memory-bound kernels: it multiplies the bandwidth the
+# computation sees. Where the model and the paper disagree (PRIME's energy, UPMEM's speed),
+# the difference is what the simple model leaves out: peripheral circuits, the host's share
+# of the work, the kernels measured. That is where the research is.
+#
+# ## 6 · Design: a crossbar
+#
+# ADC bits, weight bits, read noise and array size for one layer: its output error beside
+# the digital layer, and the energy per product. Find the cheapest ADC that keeps the
+# error under 1% at 2% noise.
+
+# %% tags=["nbval-ignore-output"]
+from labkit.future.panel import CrossbarPanel
+
+CrossbarPanel()
+
+# %% [markdown]
+# ## 7 · Check yourself
+
+# %%
+checks.check("08.standard_link_gb", None)
+
+# %%
+checks.check("08.dram_pj_per_bit", None)
+
+# %%
+checks.check("08.hbm_pim_roofline", None)
