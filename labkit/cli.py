@@ -1,4 +1,4 @@
-"""``labkit estimate``, ``labkit hardware`` and ``labkit bench``: the lab from a terminal.
+"""``labkit estimate``, ``labkit hardware``, ``labkit advise`` and ``labkit bench``: the lab from a terminal.
 
 Every value is parsed as a string and converted here, so that a bad one, whatever
 it is, goes through one path: a single line ``labkit: error: <message>`` on stderr
@@ -189,6 +189,25 @@ def format_hardware() -> str:
     ])  # fmt: skip
 
 
+def advise(a: argparse.Namespace) -> str:
+    """``labkit advise``: the advisor's ranked plans as text, or as JSON with ``--json``."""
+    from labkit.advisor.report import advice_json, advice_text
+    from labkit.advisor.search import advise as search
+    from labkit.shapes import model_names
+
+    for name in ("model", "batch"):
+        if getattr(a, name) is None:
+            extra = f" (one of {', '.join(model_names())})" if name == "model" else ""
+            raise LabkitError(f"{name} must be given: --{name} ...{extra}")
+    seq = _int("seq", a.seq) if a.seq is not None else 0
+    top = _int("top", a.top, positive=False)
+    if top < 0:
+        raise LabkitError(f"top must be a non-negative integer (got {a.top!r})")
+    adv = search(a.model, _int("batch", a.batch), a.gpu, _int("gpus", a.gpus), a.goal, seq=seq,
+                 gpus_per_node=_int("gpus_per_node", a.gpus_per_node))
+    return json.dumps(advice_json(adv, top), indent=2) if a.json else advice_text(adv, top)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labkit", description="Memory and storage of large-model training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -210,6 +229,16 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--json", action="store_true", help="print bytes as JSON")
     hw = sub.add_parser("hardware", help="the hardware catalogue")
     hw.add_argument("--json", action="store_true")
+    adv = sub.add_parser("advise", help="rank the parallel and memory plans of a model on a cluster")
+    adv.add_argument("--model", help="a preset (e.g. gpt3-175b, llama2-7b)")
+    adv.add_argument("--gpu", default="A100-80GB", help="a GPU of the catalogue (default A100-80GB)")
+    adv.add_argument("--gpus", default="8", help="GPU count (default 8)")
+    adv.add_argument("--gpus-per-node", default="8", help="GPUs per node, sharing NVLink (default 8)")
+    adv.add_argument("--batch", help="global batch, in sequences")
+    adv.add_argument("--seq", help="sequence length (default: the model's context length)")
+    adv.add_argument("--goal", default="fastest", help="fit, fastest, cheapest, greenest")
+    adv.add_argument("--top", default="5", help="plans to show (default 5)")
+    adv.add_argument("--json", action="store_true", help="print the plans as JSON (bytes, seconds, USD, J, kg)")
     bench = sub.add_parser("bench", help="measurement overhead and measured-vs-predicted error")
     bench.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless")
     bench.add_argument("--quick", action="store_true", help="fewer steps and configurations")
@@ -222,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "estimate":
             out = estimate(args)
             print(json.dumps(out, indent=2) if args.json else format_estimate(out))
+        elif args.command == "advise":
+            print(advise(args))
         elif args.command == "hardware":
             print(json.dumps(hardware_json(), indent=2) if args.json else format_hardware())
         else:

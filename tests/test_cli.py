@@ -141,3 +141,46 @@ def test_bench_rows_match_the_estimate():
         for key in ("parameters", "gradients", "optimizer"):
             assert row["error"][key] == 0, (row["config"], key)
         assert row["error"]["activations_per_layer"] < 0.02, row
+
+
+GPT3_ADVISE = ("advise", "--model", "gpt3-175b", "--gpu", "A100-80GB", "--gpus", "1024", "--batch", "1536",
+               "--seq", "2048", "--goal", "fastest")
+
+
+def test_advise_ranks_gpt3_plans_as_json(capsys):
+    out = run_json(capsys, *GPT3_ADVISE, "--top", "3")
+    assert out["model"] == "gpt3-175b" and out["gpus"] == 1024 and out["goal"] == "fastest"
+    assert len(out["plans"]) == 3 and out["kept_count"] > 3
+    steps = [p["step_s"] for p in out["plans"]]
+    assert steps == sorted(steps)
+    for p in out["plans"]:
+        assert p["dp"] * p["tp"] * p["pp"] == 1024 and p["tp"] <= 8 and p["feasible"]
+        assert p["memory_bytes"]["total"] <= 0.9 * 80e9
+    assert out["rejected_by_reason"]["memory"] > 0 and out["rejected_by_reason"]["tp-node"] > 0
+
+
+def test_advise_text_shows_plans_and_reasons(capsys):
+    assert main([*GPT3_ADVISE, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "plans kept" in text and "GB/GPU" in text and "step s" in text
+    assert "crosses the 8-GPU NVLink domain" in text and "needs 3,069.6 GB per GPU" in text
+
+
+ADVISE_BAD = [
+    (["--batch", "8"], "model must be given: --model ... (one of"),
+    (["--model", "gpt5", "--batch", "8"], "model must be one of tiny-gpt, gpt2"),
+    (["--model", "gpt2"], "batch must be given"),
+    (["--model", "gpt2", "--batch", "x"], "batch must be a positive integer (got 'x')"),
+    (["--model", "gpt2", "--batch", "8", "--goal", "best"], "goal must be one of fit, fastest, cheapest, greenest"),
+    (["--model", "gpt2", "--batch", "8", "--gpus", "12"], "gpus must be a multiple of gpus_per_node=8"),
+    (["--model", "gpt2", "--batch", "8", "--gpu", "B300"], "gpu must be one of"),
+    (["--model", "gpt2", "--batch", "8", "--top", "-1"], "top must be a non-negative integer"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), ADVISE_BAD, ids=[" ".join(a) for a, _ in ADVISE_BAD])
+def test_advise_bad_input_is_one_line_and_exit_2(capsys, argv, message):
+    assert main(["advise", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [captured.err.strip()] and captured.err.startswith("labkit: error: ")
+    assert message in captured.err and captured.out == ""

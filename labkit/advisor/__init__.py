@@ -1,0 +1,16 @@
+"""Choosing a strategy (notebook 09): the seed's summary table, a plan search, its decision flow, a capstone.
+
+The advisor is the one package that reads every topic package: it applies the models
+notebooks 02-07 validated (ZeRO's traffic and ``inter_layer.scale``'s ring time, Megatron's
+collectives from ``intra_layer.costs``, 8-bit states and recompute overheads from
+``reduction.design``, ZeRO-Offload / ZeRO-Infinity traffic and energy from ``economics``) to
+a real model on a real cluster.
+
+* ``costing``: one layout (dp, tp, pp, ZeRO stage, recompute, offload, precision, micro-batch)
+  turned into memory per GPU, step time, cost and energy;
+* ``search``: every layout whose degrees multiply to the GPU count, the validity rules, and
+  :func:`~labkit.advisor.search.advise`, which ranks the plans for a goal;
+* ``summary``: the seed's table: memory, communication and extra compute of each technique;
+* ``flow``: the seed's selection flow as a decision diagram, with the advisor's path lit;
+* ``capstone``, ``exercises``: a learner's plan graded against the advisor; self-checks "09.*".
+"""

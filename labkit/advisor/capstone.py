@@ -1,0 +1,141 @@
+"""The capstone: a fixed cluster and budget, a plan the learner proposes, and the advisor's grade.
+
+The task (:data:`GPT3_TASK`) is GPT-3 175B (Brown et al. 2020: 300 billion training tokens) on
+1,024 A100-80GB GPUs with Megatron-LM's global batch of 1,536 sequences of 2,048 tokens
+(Narayanan et al., SC 2021), rented at the catalogue's hourly price, with a budget in USD. The
+grade judges the plan with the same rules and models as :func:`~labkit.advisor.search.advise`,
+then compares its whole run (steps = tokens / (batch x seq)) with the advisor's fastest plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+from labkit.advisor import costing, search
+from labkit.advisor.costing import Layout, Plan
+from labkit.errors import LabkitError, require_positive
+from labkit.hardware import GB
+from labkit.shapes import model_shape
+
+HINTS = {
+    "memory": "shard more: ZeRO over dp, a larger tp inside the node or pp across nodes, recompute, or offload",
+    "host-dram": "the host DRAM cannot hold the offloaded states: offload to NVMe or shard over more GPUs",
+    "nvme": "the node's NVMe drives cannot hold the states: shard over more GPUs",
+    "tp-heads": "tp must divide the attention heads",
+    "tp-node": "keep tp inside one node, where NVLink carries its all-reduces",
+    "pp-layers": "pp must divide the layers",
+    "batch": "dp x micro-batch must divide the global batch",
+    "zero-pipeline": "with pp > 1 use ZeRO-0 or ZeRO-1",
+    "offload": "ZeRO-Offload runs on ZeRO-2, ZeRO-Infinity on ZeRO-3, with bf16 mixed precision and 32-bit Adam",
+    "gpus": "dp x tp x pp must equal the GPU count",
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the learner is given: a model, a cluster, a batch, a token budget and a dollar budget."""
+
+    model: str = "gpt3-175b"
+    gpu: str = "A100-80GB"
+    gpus: int = 1024
+    global_batch: int = 1536
+    seq: int = 2048
+    tokens: float = 300e9
+    budget_usd: float = 4.0e6
+
+    @property
+    def steps(self) -> float:
+        return self.tokens / (self.global_batch * self.seq)
+
+
+GPT3_TASK = Task()
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The learner's plan beside the advisor's best: truthy when it fits and stays within budget."""
+
+    plan: Plan
+    best: Plan
+    task: Task
+    feedback: str
+
+    @property
+    def run_usd(self) -> float:
+        return self.plan.usd * self.task.steps
+
+    @property
+    def run_days(self) -> float:
+        return self.plan.step_s * self.task.steps / 86400
+
+    @property
+    def time_ratio(self) -> float:
+        """The plan's step time over the advisor's best (1 is the best; inf if infeasible)."""
+        return self.plan.step_s / self.best.step_s
+
+    @property
+    def cost_ratio(self) -> float:
+        return self.plan.usd / self.best.usd
+
+    @property
+    def within_budget(self) -> bool:
+        return self.plan.feasible and self.run_usd <= self.task.budget_usd
+
+    def __bool__(self) -> bool:
+        return self.within_budget
+
+    def __str__(self) -> str:
+        return self.feedback
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(self.feedback)
+
+
+@lru_cache(maxsize=8)
+def best_plan(task: Task = GPT3_TASK) -> Plan:
+    """The advisor's fastest plan for the task (cached: the search is the same every time)."""
+    a = search.advise(task.model, task.global_batch, task.gpu, task.gpus, "fastest", seq=task.seq)
+    if a.best is None:
+        raise LabkitError(f"task has no feasible plan: {task.model} on {task.gpus} x {task.gpu}")
+    return a.best
+
+
+def _layout(proposal: Layout | dict) -> Layout:
+    if isinstance(proposal, Layout):
+        return proposal
+    if not isinstance(proposal, dict):
+        raise LabkitError(f"plan must be a Layout or a dict of its fields (got {type(proposal).__name__})")
+    allowed = [f.name for f in fields(Layout)]
+    unknown = [k for k in proposal if k not in allowed]
+    if unknown:
+        raise LabkitError(f"plan field must be one of {', '.join(allowed)} (got {unknown[0]!r})")
+    missing = [k for k in ("dp", "tp", "pp") if k not in proposal]
+    if missing:
+        raise LabkitError(f"plan must give dp, tp and pp (missing {', '.join(missing)})")
+    return Layout(**proposal)
+
+
+def grade(proposal: Layout | dict, task: Task = GPT3_TASK) -> Grade:
+    """Judge the learner's plan (a Layout or ``{"dp": 8, "tp": 8, "pp": 16, ...}``) for ``task``."""
+    require_positive("budget_usd", task.budget_usd, integer=False)
+    lay = _layout(proposal)
+    shape = model_shape(task.model)
+    mc = costing.machine(task.gpu, task.gpus)
+    plan = search.evaluate(shape, task.seq, task.global_batch, lay, mc)
+    best = best_plan(task)
+    best_line = (f"The advisor's fastest: {best.layout.label}, {best.step_s:.2f} s a step, "
+                 f"${best.usd * task.steps / 1e6:.2f}M for the run.")
+    if not plan.feasible:
+        text = f"Not feasible: {plan.reason}.\nHint: {HINTS.get(plan.rule, '')}.\n{best_line}"
+        return Grade(plan, best, task, text)
+    g = Grade(plan, best, task, "")
+    verdict = "within" if g.within_budget else "over"
+    text = (f"Feasible: {plan.memory_bytes / GB:.1f} GB per GPU; {plan.step_s:.2f} s a step, "
+            f"{g.time_ratio:.2f}x the advisor's best; {g.run_days:.1f} days and ${g.run_usd / 1e6:.2f}M for "
+            f"{task.tokens / 1e9:.0f}B tokens: {verdict} the ${task.budget_usd / 1e6:.2f}M budget.\n")
+    slow = max(((k, v) for k, v in plan.times.items() if k != "compute"), key=lambda kv: kv[1])
+    text += (f"Besides compute ({plan.times['compute']:.2f} s) the largest part is {slow[0]} ({slow[1]:.2f} s).\n"
+             if not math.isclose(slow[1], 0.0) else "")
+    return Grade(plan, best, task, text + best_line)
