@@ -212,9 +212,9 @@ def measure_step(trainer: Trainer, step: int | None = None) -> StepMemory:
     model, opt = trainer.model, trainer.optimizer
     model.train()
     x, y = trainer.data(i)
-    with SavedTensorRecorder(model, exclude=(x, y)) as rec:
+    with SavedTensorRecorder(model, exclude=(x, y)) as rec, trainer.forward_context():
         _, loss = model(x, y)
-    loss.backward()
+    trainer.backward(loss)
     grads = unique_bytes(p.grad for p in model.parameters())
     opt.step()
     opt.zero_grad(set_to_none=True)

@@ -16,6 +16,7 @@ Precision follows the ZeRO paper's accounting (Rajbhandari et al., SC 2020):
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -107,11 +108,20 @@ class Trainer:
             self.optimizer = MasterWeightAdamW(params, lr=cfg.lr)
         self.steps_done = 0
 
+    def forward_context(self) -> AbstractContextManager:
+        """What the forward pass runs inside (nothing here; autocast in ``reduction.precision``)."""
+        return nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward from ``loss`` (a scaled loss in fp16 training overrides this)."""
+        loss.backward()
+
     def forward_backward(self, step: int) -> torch.Tensor:
         """Loss of batch ``step``, with gradients accumulated into ``.grad``."""
         x, y = self.data(step)
-        _, loss = self.model(x, y)
-        loss.backward()
+        with self.forward_context():
+            _, loss = self.model(x, y)
+        self.backward(loss)
         return loss
 
     def step(self, step: int | None = None) -> float:

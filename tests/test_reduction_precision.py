@@ -13,7 +13,6 @@ from labkit.reduction.precision import (
     gaps_to_fp32,
     gradient_underflow,
     loss_curves,
-    measure_precision_step,
     micro_model,
     overflow_recovery,
     precision_comparison,
@@ -30,7 +29,7 @@ PER_PARAM = {"fp32": (4, 4, 8), "bf16-autocast": (4, 4, 8), "bf16-mixed": (2, 2,
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_model_states_and_activations_exact(precision):
-    step = measure_precision_step(precision_trainer(precision, CFG, BATCH))
+    step = measure_step(precision_trainer(precision, CFG, BATCH))
     comp = precision_comparison(step, CFG, BATCH, precision)
     assert comp.worst_error == 0.0, str(comp)
     params = ModelShape.from_config(CFG).params
@@ -40,8 +39,8 @@ def test_model_states_and_activations_exact(precision):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
-def test_same_bytes_as_the_core_measure_step(precision):
-    ours = measure_precision_step(precision_trainer(precision, CFG, BATCH))
+def test_precision_trainer_measures_like_the_plain_trainer(precision):
+    ours = measure_step(precision_trainer(precision, CFG, BATCH))
     core = measure_step(Trainer(TrainConfig(model=CFG, batch_size=BATCH, precision=precision)))
     assert ours.saved == core.saved
     assert ours.model_states == core.model_states
@@ -50,7 +49,7 @@ def test_same_bytes_as_the_core_measure_step(precision):
 def test_autocast_saves_a_bf16_copy_of_each_weight_matrix():
     batch = 3  # b*s = 48 rows: no saved activation has a weight's shape
     trainer = precision_trainer("bf16-autocast", CFG, batch)
-    step = measure_precision_step(trainer)
+    step = measure_step(trainer)
     block = trainer.model.h[0]
     weight_shapes = {tuple(m.weight.t().shape) for m in block.modules() if isinstance(m, torch.nn.Linear)}
     copies = sum(t.nbytes for t in step.saved if t.layer == 0 and t.dtype == "bfloat16" and t.shape in weight_shapes)

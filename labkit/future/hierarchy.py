@@ -1,12 +1,7 @@
 """Multi-level storage and data orchestration: a real training trace replayed on HBM / DRAM / SSD.
 
-``record_trace`` runs one real step of the tiny GPT and writes down, op by op in the order
-they ran, what each op read and created: the weights a module reads in forward (its
-forward pre-hook), every storage autograd saves (its creation, through
-``saved_tensors_hooks``), every unpack in backward (including the weights autograd kept,
-so backward weight reads are the real ones: an embedding's backward reads no weight), and
-the FLOPs torch's ``FlopCounterMode`` counted between op boundaries. Gradients and the
-optimizer step are left out (``near_data`` is about the step).
+``labkit.future.trace.record_trace`` records one real step of the tiny GPT, op by op: the
+weights each op reads, the storages autograd saves and reads back, and each op's FLOPs.
 
 ``replay`` runs that trace on a three-level hierarchy, in fixed-size pages as a paged
 allocator would: HBM (a cache), host DRAM (a cache) and an SSD that backs everything.

@@ -34,7 +34,7 @@ from labkit.compare import Comparison, Row
 from labkit.data import vocab_size
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, model_state_bytes
-from labkit.measure import SavedTensorRecorder, StepMemory, optimizer_bytes, unique_bytes
+from labkit.measure import StepMemory
 from labkit.model import GPTConfig
 from labkit.shapes import ModelShape
 from labkit.train import MasterWeightAdamW, TrainConfig, Trainer
@@ -88,18 +88,14 @@ class PrecisionTrainer(Trainer):
             self.model.to(torch.float16)
             self.optimizer = ScaledMasterWeightAdamW(list(self.model.parameters()), cfg.lr, self.scaler)
 
-    def autocast(self) -> torch.autocast:
+    def forward_context(self) -> torch.autocast:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16-autocast")
 
-    def forward_backward(self, step: int) -> torch.Tensor:
-        x, y = self.data(step)
-        with self.autocast():
-            _, loss = self.model(x, y)
+    def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()  # the identity unless fp16-mixed
-        return loss
 
     def eval_loss(self, batches_: int = 4) -> float:
-        with self.autocast():
+        with self.forward_context():
             return super().eval_loss(batches_)
 
 
@@ -108,22 +104,6 @@ def precision_trainer(precision: str, model: GPTConfig | None = None, batch_size
     """A seeded ``PrecisionTrainer`` on the micro model (same initial weights in every precision)."""
     cfg = TrainConfig(model=model or micro_model(), batch_size=batch_size, lr=lr, seed=seed)
     return PrecisionTrainer(cfg, precision, init_scale)
-
-
-def measure_precision_step(trainer: PrecisionTrainer, step: int | None = None) -> StepMemory:
-    """``labkit.measure.measure_step`` for a PrecisionTrainer: the forward under its autocast, backward scaled."""
-    i = trainer.steps_done if step is None else step
-    model, opt = trainer.model.train(), trainer.optimizer
-    x, y = trainer.data(i)
-    with SavedTensorRecorder(model, exclude=(x, y)) as rec, trainer.autocast():
-        _, loss = model(x, y)
-    trainer.scaler.scale(loss).backward()
-    grads = unique_bytes(p.grad for p in model.parameters())
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
-    states, bookkeeping = optimizer_bytes(opt)
-    return StepMemory(unique_bytes(model.parameters()), grads, states, bookkeeping, rec.saved, rec.batch_bytes)
 
 
 def activation_prediction(cfg: GPTConfig, batch: int, precision: str) -> dict[str, dict[str, float]]:

@@ -14,6 +14,7 @@
 
 # %%
 from labkit import checks, plots
+from labkit.measure import measure_step
 from labkit.model import GPTConfig
 from labkit.reduction import checkpoint_plan, compress, design, optim8bit, precision, quantize, recompute, weight_quant
 from labkit.reduction import exercises as _exercises  # noqa: F401  (registers the 05.* exercises)
@@ -151,7 +152,7 @@ cfg = precision.micro_model()
 for name in precision.PRECISIONS:
     run = precision.precision_trainer(name, cfg)
     run.step()
-    measured = precision.measure_precision_step(run)
+    measured = measure_step(run)
     comparison = precision.precision_comparison(measured, cfg, 4, name)
     assert comparison.worst_error == 0
     per_param = measured.model_states / sum(p.numel() for p in run.model.parameters())
