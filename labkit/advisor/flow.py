@@ -11,6 +11,7 @@ then offload to DRAM or NVMe when the link keeps up; and in every case bf16 mixe
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
@@ -82,7 +83,8 @@ def draw(plan: Plan | Layout | None = None, title: str = "") -> Figure:
     """The decision diagram; with a plan, its path is drawn in orange and the rest in grey."""
     lit = path(plan) if plan is not None else []
     lit_edges = set(zip(lit, lit[1:], strict=False))
-    fig = Figure(figsize=(8.5, 7.5))
+    fig = plt.figure(figsize=(8.5, 7.5))  # through pyplot, so a notebook shows it as an image
+    plt.close(fig)
     ax = fig.add_subplot()
     ax.set_xlim(-5.0, 4.2)
     ax.set_ylim(-0.6, 10.7)

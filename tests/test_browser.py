@@ -1,0 +1,164 @@
+"""The lab in a real browser: each notebook opened in JupyterLab in headless Chromium, run, its panel touched.
+
+One JupyterLab server on 127.0.0.1 (free port, token) and one Chromium page serve every
+notebook in turn, on copies so the committed notebooks stay as they are. For each notebook
+the test clears the saved outputs (saved widget state renders without a kernel), runs all
+cells, waits for the kernel, and checks: no error in any cell or from the kernel; the
+widget panel rendered live (ipywidgets' JupyterLab extension active, a slider or dropdown
+present, a figure drawn in the panel's output); and a changed control redraws the panel.
+
+Needs Debian's Chromium (``apt-get install chromium``) and the ``playwright`` package of the
+test extra; without either the test is skipped. No browser is downloaded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from browser_helpers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    JS_DONE,
+    JS_ERRORS,
+    JS_FIND_PANELS,
+    JS_IDLE_COUNT,
+    JS_OPEN,
+    JS_PANEL_STATE,
+    JS_RUN_ALL,
+    LabServer,
+    copy_notebooks,
+    lab_server,
+    panel_selector,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted(p.name for p in (ROOT / "labs").glob("0*.ipynb"))
+RUN_TIMEOUT_S = 240  # per notebook, all cells
+REDRAW_TIMEOUT_S = 60  # one control changed, kernel answered
+CHANGE_TRIES = 6
+SETTLE_S = 5
+
+if not CHROMIUM.exists():
+    pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's Chromium (apt-get install chromium)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the browser test needs playwright (pip install "
+                               "-e '.[test]'); it drives /usr/bin/chromium, no browser download")
+
+TIMES: dict[str, tuple[float, float]] = {}  # notebook: seconds to run all cells, seconds in all
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    home = tmp_path_factory.mktemp("lab")
+    copy_notebooks(ROOT / "labs", home / "labs")
+    with lab_server(home / "labs", home) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def page(lab: LabServer) -> Iterator[object]:
+    """One headless Chromium page with JupyterLab loaded; notebooks open in it one after another."""
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=list(CHROMIUM_ARGS))
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        pg.goto(f"{lab.base}/lab?reset&token={lab.token}", timeout=120_000)
+        pg.wait_for_function("() => window.jupyterapp !== undefined", timeout=120_000)
+        pg.evaluate("async () => { await window.jupyterapp.restored; return true; }")
+        yield pg
+        if TIMES:
+            print("\nbrowser seconds per notebook (run all / in all): "
+                  + ", ".join(f"{k[:2]} {a:.0f}/{b:.0f}" for k, (a, b) in TIMES.items()))
+        browser.close()
+
+
+def _close(page: object) -> None:
+    """Shut the notebook's kernel down and close its tab, so the next notebook has the CPUs."""
+    page.evaluate("""async () => {
+      const panel = window.__labkit && window.__labkit.panel;
+      if (!panel || panel.isDisposed) return;
+      await panel.sessionContext.shutdown();
+      panel.context.model.dirty = false;
+      panel.dispose();
+    }""")
+
+
+def _set_and_wait(page: object, index: int, act: Callable[[], None]) -> dict:
+    """Change a control, wait until the kernel has handled it (busy, then idle), return the panel's state.
+
+    The views draw what the kernel sent a moment after it goes idle: allow them ``SETTLE_S``.
+    """
+    state = page.evaluate(JS_PANEL_STATE, index)
+    idle = page.evaluate(JS_IDLE_COUNT)
+    act()
+    page.wait_for_function(f"() => ({JS_IDLE_COUNT})() > {idle}", timeout=REDRAW_TIMEOUT_S * 1000, polling=200)
+    try:
+        page.wait_for_function(f"(b) => JSON.stringify(({JS_PANEL_STATE})({index})) !== JSON.stringify(b)",
+                               arg=state, timeout=SETTLE_S * 1000, polling=100)
+    except sync_api.TimeoutError:
+        pass  # the kernel answered and nothing changed: the caller decides whether that is a failure
+    return page.evaluate(JS_PANEL_STATE, index)
+
+
+def _change_a_control(page: object, index: int) -> dict:
+    """Move the panel's first slider, or pick a neighbouring value in its dropdowns, until the figure is redrawn.
+
+    Some values are bad input for the rest of the panel (it then shows a message and no
+    figure); such a value is put back before the next one is tried, up to ``CHANGE_TRIES``.
+    Returns the panel's state before and after the change that redrew it (or the last one).
+    """
+    sel = panel_selector(index)
+    before = after = page.evaluate(JS_PANEL_STATE, index)
+    slider = page.locator(f"{sel} .widget-slider .noUi-handle")
+    if slider.count():
+        def step() -> None:
+            slider.first.focus()
+            page.keyboard.press("ArrowRight")
+
+        return {"before": before, "after": _set_and_wait(page, index, step)}
+    dropdowns = page.locator(f"{sel} .widget-dropdown select")
+    tries: list[tuple[int, int, int]] = []
+    for d in range(dropdowns.count()):
+        n, current = dropdowns.nth(d).evaluate("s => [s.options.length, s.selectedIndex]")
+        tries += [(d, current, k) for k in (current - 1, current + 1) if 0 <= k < n]
+    for d, current, option in tries[:CHANGE_TRIES]:
+        after = _set_and_wait(page, index, lambda: dropdowns.nth(d).select_option(index=option))  # noqa: B023
+        if after["figures"] and after["figures"] != before["figures"]:
+            break
+        _set_and_wait(page, index, lambda: dropdowns.nth(d).select_option(index=current))  # noqa: B023
+    return {"before": before, "after": after}
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_in_the_browser_and_its_panel_reacts(page: object, name: str) -> None:
+    start = time.monotonic()
+    ran = float("nan")
+    try:
+        info = page.evaluate(JS_OPEN, name)
+        assert info["kernel"] == "python3"
+        assert info["widgets"], "ipywidgets' JupyterLab extension (jupyterlab_widgets) is not active"
+        page.evaluate(JS_RUN_ALL)
+        page.wait_for_function(JS_DONE, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        ran = time.monotonic() - start
+        assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
+
+        try:  # the widget views draw a moment after the kernel is done
+            page.wait_for_function(f"() => ({JS_FIND_PANELS})().some((p) => p.figures > 0)",
+                                   timeout=REDRAW_TIMEOUT_S * 1000, polling=250)
+        except sync_api.TimeoutError:
+            pass  # the asserts below say what is missing
+        panels = page.evaluate(JS_FIND_PANELS)
+        assert panels, f"{name}: no widget panel (slider or dropdown) rendered"
+        drawn = [i for i, p in enumerate(panels) if p["figures"] > 0]
+        assert drawn, f"{name}: no panel drew a figure: {panels}"
+        change = _change_a_control(page, drawn[0])
+        assert page.evaluate(JS_ERRORS) == [], f"{name}: error after a control changed"
+        changed = change["after"]["figures"] and change["after"]["figures"] != change["before"]["figures"]
+        assert changed, (f"{name}: the panel's figure was not redrawn after its controls changed; it shows "
+                         f"{change['after']['text'][:300]!r} (an exception in a callback goes to the kernel's log)")
+    finally:
+        TIMES[name] = (ran, time.monotonic() - start)
+        _close(page)
