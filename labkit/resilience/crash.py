@@ -26,6 +26,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,7 +113,8 @@ def launch_worker(root: str | Path, steps: int, every: int, *, seed: int = 0, ki
     if kill is not None and killer == "self":
         argv += ["--kill-step", str(kill.step), "--kill-phase", kill.phase]
     if launcher == "subprocess":
-        proc = subprocess.Popen([sys.executable, "-m", "labkit.resilience.worker", *argv], stderr=subprocess.PIPE,
+        errors = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty child can never block on it
+        proc = subprocess.Popen([sys.executable, "-m", "labkit.resilience.worker", *argv], stderr=errors,
                                 stdout=subprocess.DEVNULL, text=True)  # fmt: skip
         pid, alive, code = proc.pid, lambda: proc.poll() is None, lambda: proc.returncode
     else:
@@ -136,8 +138,12 @@ def launch_worker(root: str | Path, steps: int, every: int, *, seed: int = 0, ki
     proc.wait() if launcher == "subprocess" else proc.join()
     if time.monotonic() >= deadline:
         raise LabkitError(f"worker did not finish within {timeout:g} s and was killed")
+    err = ""
+    if launcher == "subprocess":
+        errors.seek(0)
+        err = errors.read()[-1500:]
+        errors.close()
     if code() not in (0, -signal.SIGKILL):
-        err = proc.stderr.read()[-1500:] if launcher == "subprocess" else ""
         raise LabkitError(f"worker failed with exit code {code()} {err}")
     return code()
 
@@ -288,5 +294,6 @@ def crash_group(root: str | Path, steps: int = 6, every: int = 2, kill: KillPoin
     outcome, timing = judged[0]
     others = [o for o, _ in judged[1:]]
     outcome = replace(outcome, params_identical=all(o.params_identical for o in [outcome, *others]),
-                      state_identical=all(o.state_identical for o in [outcome, *others]))
+                      state_identical=all(o.state_identical for o in [outcome, *others]),
+                      losses_identical=all(o.losses_identical for o in [outcome, *others]))
     return GroupCrash(failed, failure, clean, outcome, timing)

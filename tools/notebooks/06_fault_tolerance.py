@@ -14,6 +14,8 @@
 # scale come from labkit's formulas and simulator, fed with published failure rates.
 
 # %%
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from labkit.train import Trainer, seed_everything
 
 seed_everything(0)
 work = Path(tempfile.mkdtemp(prefix="labkit-06-"))
+atexit.register(shutil.rmtree, work, True)  # no checkpoint left behind, even if a cell fails
 
 # %% [markdown]
 # ## 1 · How often does a big job fail?
@@ -78,7 +81,8 @@ print(checks.reveal_number(predicted_most_lost, most_lost, "Most steps lost (mea
 # %% [markdown]
 # A kill during a step loses the steps since the last checkpoint; a kill while *writing*
 # loses more, because the half-written checkpoint is rejected (`rejected` = 1: its `.tmp`
-# directory has no committed manifest) and the run falls back to the one before. It never
+# directory was never renamed into place, so the commit did not finish) and the run falls back
+# to the one before. It never
 # loads a half-written state. What the lost work and the restart cost in wall-clock time
 # here (not checked):
 
@@ -194,8 +198,10 @@ print(interval.cluster_table(rows))
 #
 # Bamboo gives each pipeline stage its successor's layers too and runs their forward
 # redundantly in the pipeline's bubbles; when a stage dies, its predecessor already holds its
-# state and takes over without a restart, slower until the node is replaced. Free only while
-# the bubble can hold the extra work (predicted by labkit's simulator, t_b = 2 t_f):
+# state and takes over without a restart, slower until the node is replaced. It can be free
+# only when the bubble has room for the extra work (capacity >= 1), and even then not always:
+# a redundant forward must wait for its input, so some land outside the idle slots (p=4, m=8
+# below). Predicted by labkit's simulator, t_b = 2 t_f:
 
 # %%
 rc_rows = []
@@ -253,6 +259,4 @@ checks.check("06.lost_minutes", None)
 checks.check("06.checkpoint_tb", None)
 
 # %%
-import shutil
-
 shutil.rmtree(work)  # the lab leaves no checkpoint behind

@@ -67,8 +67,9 @@ print(text_table(["per bit moved", "pJ (catalogue)"], rows))
 # ## 3 · Measured inputs: the bytes offload really moves
 #
 # Notebook 04 ran ZeRO-Offload and ZeRO-Infinity on the tiny GPT for real. The same runs here
-# give the bytes per parameter per step that cross PCIe and that are read from and written
-# to NVMe (measured); the cost model below takes them as its inputs.
+# give the bytes per parameter per step that cross PCIe (ZeRO-Offload) and that are read
+# from and written to NVMe (ZeRO-Infinity), measured; the cost model below takes them as its
+# inputs.
 
 # %%
 from labkit.model import GPTConfig
@@ -86,9 +87,10 @@ measured = {
                                       nvme_read=zi.bytes_read[-1] / zi.params,
                                       nvme_write=zi.bytes_written[-1] / zi.params),
 }
-for name, t in measured.items():
-    print(f"{name:13} per parameter per step: link {t.link:.2f} B, NVMe read {t.nvme_read:.2f} B, "
-          f"NVMe write {t.nvme_write:.2f} B (measured)")
+print(f"dram-offload per parameter per step: link {measured['dram-offload'].link:.2f} B (measured)")
+ssd = measured["ssd-offload"]
+print(f"ssd-offload  per parameter per step: NVMe read {ssd.nvme_read:.2f} B, NVMe write {ssd.nvme_write:.2f} B "
+      f"(measured); link {ssd.link:.2f} B (ZeRO-Infinity's formula: the micro-run has no GPU link)")
 
 # %% [markdown]
 # ## 4 · One model, three ways
@@ -145,7 +147,7 @@ rows = [[g, f"{grid.region(g).value:.0f}", f"{grid.carbon_kg(facility_j, grid.re
 print(text_table(["region", "gCO2/kWh", "kg CO2 for this run", "year"], rows))
 
 # %% [markdown]
-# The grid matters far more than the storage strategy: a factor of ten between regions,
+# The grid matters far more than the storage strategy: over a factor of twenty between regions,
 # a few per cent between strategies.
 #
 # ## 7 · Design

@@ -84,8 +84,8 @@ predicted_near_faster = None  # True or False
 # %%
 paths = near_data.adam_paths(7_000_000_000)
 print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
-                 [[p, leg, where, f"{b / 1e9:,.0f} GB", f"{s:.3f}", f"{j:.1f}"]
-                  for p, leg, where, b, s, j in paths.rows()]))
+                 [[p, "total (bytes: over links)" if leg == "total" else leg, where, f"{b / 1e9:,.0f} GB",
+                   f"{s:.3f}", f"{j:.1f}"] for p, leg, where, b, s, j in paths.rows()]))
 print(checks.reveal_claims({"near-data is faster": predicted_near_faster},
                            {"near-data is faster": paths.winner == "near-data"}))
 be = near_data.break_even_bandwidth("dram")
@@ -149,9 +149,10 @@ for v in pim.model_views():
 
 # %% [markdown]
 # The roofline says why PIM helps memory-bound kernels: it multiplies the bandwidth the
-# computation sees. Where the model and the paper disagree (PRIME's energy, UPMEM's speed),
-# the difference is what the simple model leaves out: peripheral circuits, the host's share
-# of the work, the kernels measured. That is where the research is.
+# computation sees. The model and the papers disagree everywhere, by about 2x (HBM-PIM,
+# ISAAC) to 30x (PRIME's energy): the difference is what the simple model leaves out:
+# peripheral circuits, the host's share of the work, the kernels measured. That is where the
+# research is.
 #
 # ## 6 · Design: a crossbar
 #
