@@ -6,7 +6,9 @@ should read ``zero_stage must be one of 0, 1, 2, 3 (got 4)``, not a traceback.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 
@@ -40,3 +42,13 @@ def require_divides(field: str, value: int, other_field: str, other: int) -> Non
         raise LabkitError(
             f"{field} must divide {other_field}={other}: allowed {shown} (got {value})"
         )
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A data file of ``datasets/`` parsed; an unreadable or malformed file names itself and ``what`` it is."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise LabkitError(f"{what} {str(path)!r} cannot be read: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise LabkitError(f"{what} {str(path)!r} is not valid TOML: {err}") from None

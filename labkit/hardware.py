@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import functools
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.errors import LabkitError, read_toml, require_choice, require_positive
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "datasets" / "hardware.toml"
 GB = 1e9
@@ -311,12 +310,7 @@ def _entries(data: dict[str, Any], section: str, keys: set[str]) -> list[_Entry]
 
 
 def _load(path: Path) -> Catalogue:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise LabkitError(f"hardware catalogue {str(path)!r} cannot be read: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise LabkitError(f"hardware catalogue {str(path)!r} is not valid TOML: {err}") from None
+    data = read_toml(path, "hardware catalogue")
     for section in data:
         require_choice("hardware catalogue section", section, _SECTIONS)
     links = tuple(_parse_link(e) for e in _entries(data, "link", _KEYS["link"]))

@@ -11,13 +11,12 @@ is the assumption behind Young's checkpoint interval (CACM 1974).
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabkitError, require_positive
+from labkit.errors import LabkitError, read_toml, require_positive
 
 REFERENCES_FILE = Path(__file__).resolve().parent.parent / "datasets" / "references.toml"
 
@@ -65,12 +64,7 @@ class ZeroExample:
 def load_references(path: str | None = None) -> dict[str, Any]:
     """The raw reference file as a dict (cached); an unreadable file names itself."""
     where = Path(path) if path else REFERENCES_FILE
-    try:
-        return tomllib.loads(where.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise LabkitError(f"references file {str(where)!r} cannot be read: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise LabkitError(f"references file {str(where)!r} is not valid TOML: {err}") from None
+    return read_toml(where, "references file")
 
 
 def _number(label: str, key: str, raw: dict) -> float:

@@ -9,13 +9,12 @@ keeps its source and year, because these figures move every year.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, read_toml
 
 GRID_FILE = Path(__file__).resolve().parent.parent.parent / "datasets" / "grid.toml"
 J_PER_KWH = 3.6e6  # 1 kWh = 1000 W x 3600 s
@@ -65,12 +64,7 @@ def _parse(kind: str, index: int, raw: Any) -> Figure:
 def load_grid(path: str | None = None) -> tuple[Figure, ...]:
     """Every figure of the grid file, checked field by field (the default file is read once)."""
     where = Path(path) if path else GRID_FILE
-    try:
-        data = tomllib.loads(where.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise LabkitError(f"grid file {str(where)!r} cannot be read: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise LabkitError(f"grid file {str(where)!r} is not valid TOML: {err}") from None
+    data = read_toml(where, "grid file")
     for section in data:
         if section not in _KEYS:
             raise LabkitError(f"grid file section must be one of {', '.join(_KEYS)} (got {section!r})")

@@ -16,14 +16,13 @@ Two questions, both answered from data (``datasets/pim.toml`` and Horowitz's ene
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from labkit import hardware
-from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.errors import LabkitError, read_toml, require_choice, require_positive
 from labkit.references import section
 
 PIM_FILE = Path(__file__).resolve().parent.parent.parent / "datasets" / "pim.toml"
@@ -38,12 +37,7 @@ KERNELS = {  # name -> (FLOPs or ops per element, bytes per element, dtype); a G
 def load_pim(path: str | None = None) -> dict[str, Any]:
     """The raw PIM file (cached); an unreadable file names itself."""
     where = Path(path) if path else PIM_FILE
-    try:
-        return tomllib.loads(where.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise LabkitError(f"PIM file {str(where)!r} cannot be read: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise LabkitError(f"PIM file {str(where)!r} is not valid TOML: {err}") from None
+    return read_toml(where, "PIM file")
 
 
 @dataclass(frozen=True)
