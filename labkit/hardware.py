@@ -27,12 +27,14 @@ _PRICE = {"price_date", "price_source"}
 _KEYS = {
     "gpu": _BASE | _PRICE | {"memory_gb", "memory_type", "memory_bandwidth_gbps",
                              "nvlink", "pcie", "tdp_w", "price_usd", "cloud_usd_per_hour",
-                             "memory_energy_pj_per_bit"},
+                             "memory_energy_pj_per_bit", "memory_mib", "memory_mib_source",
+                             "nvlink_domain_gpus", "nvlink_domain_source"},
     "link": _BASE | {"kind", "bandwidth_gbps", "bandwidth_total_gbps", "latency_us",
                      "energy_pj_per_bit"},
     "tier": _BASE | _PRICE | {"kind", "capacity_gb", "read_gbps", "write_gbps", "latency_ns",
                               "latency_us", "price_usd_per_gb", "power_w", "endurance_tbw",
-                              "channels", "channel_bandwidth_gbps"},
+                              "channels", "channel_bandwidth_gbps", "dwpd", "warranty_years",
+                              "drive_class", "endurance_source"},
     "host": _BASE | {"cpu", "sockets", "tdp_w", "cores"},
 }  # fmt: skip
 LINK_KINDS = ("pcie", "nvlink", "infiniband", "ethernet")
@@ -44,7 +46,7 @@ class Device:
 
     name: str
     aliases: tuple[str, ...]
-    memory_bytes: int
+    memory_bytes: int  # true capacity in bytes (memory_mib * 2**20 where the catalogue gives it)
     memory_type: str
     memory_bandwidth: float  # B/s
     peak_flops: dict[str, float] = field(hash=False)  # dtype -> dense FLOP/s
@@ -56,6 +58,13 @@ class Device:
     source: str
     note: str = ""
     memory_energy_j_per_bit: float | None = None  # HBM/GDDR access energy, when the catalogue gives it
+    memory_nominal_gb: float = 0.0  # the marketed figure ("80 GB"), kept for published tables that use it
+    nvlink_domain_gpus: int = 1  # GPUs that one NVLink/NVSwitch domain joins; 1 without NVLink
+
+    @property
+    def memory_nominal_bytes(self) -> int:
+        """The marketed capacity read as GB = 1e9 bytes: the convention ZeRO's tables use."""
+        return round(self.memory_nominal_gb * GB)
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,9 @@ class Tier:
     endurance_bytes: int | None  # bytes that may be written over the warranty
     source: str
     note: str = ""
+    drive_class: str = ""  # "consumer" or "enterprise" for drives; "" for DRAM
+    dwpd: float | None = None  # drive writes per day over the warranty (enterprise rating)
+    warranty_years: float | None = None
 
 
 @dataclass(frozen=True)
@@ -227,9 +239,18 @@ def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
     if energy is not None:
         e.text("memory_energy_source")
     flops = {k.removeprefix("peak_tflops_"): e.req(k) * 1e12 for k in e.raw if k.startswith("peak_tflops_")}
+    mib = e.opt("memory_mib")
+    if mib is not None:
+        e.text("memory_mib_source")
+    domain = e.opt("nvlink_domain_gpus")
+    if domain is not None:
+        e.text("nvlink_domain_source")
+        if domain != int(domain) or (no_nvlink and domain != 1):
+            e.fail("nvlink_domain_gpus", f"must be a whole number, 1 when nvlink = \"none\" (got {domain!r})")
     return Device(
         name=e.text("name"), aliases=e.aliases(),
-        memory_bytes=round(e.req("memory_gb") * GB), memory_type=e.text("memory_type"),
+        memory_bytes=round(mib * 2**20) if mib is not None else round(e.req("memory_gb") * GB),
+        memory_nominal_gb=e.req("memory_gb"), memory_type=e.text("memory_type"),
         memory_bandwidth=e.req("memory_bandwidth_gbps") * GB, peak_flops=flops,
         nvlink=None if no_nvlink else _link_name(e, "nvlink", links, extra="none"),
         pcie=_link_name(e, "pcie", links), tdp_watts=e.req("tdp_w"),
@@ -237,6 +258,7 @@ def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
         cloud_usd_per_hour=e.dated("cloud_usd_per_hour", prefix="cloud_"),
         source=e.text("source"), note=str(e.raw.get("note", "")),
         memory_energy_j_per_bit=None if energy is None else energy * 1e-12,
+        nvlink_domain_gpus=int(domain) if domain is not None else (1 if no_nvlink else 8),
     )  # fmt: skip
 
 
@@ -260,6 +282,14 @@ def _parse_tier(e: _Entry, kinds: tuple[str, ...]) -> Tier:
     if (ns is None) == (us is None):
         e.fail("latency_ns", "or latency_us must be given, exactly one of them")
     tbw = e.opt("endurance_tbw")
+    dwpd, years = e.opt("dwpd"), e.opt("warranty_years")
+    drive_class = str(e.raw.get("drive_class", ""))
+    if drive_class not in ("", "consumer", "enterprise"):
+        e.fail("drive_class", f"must be one of consumer, enterprise (got {drive_class!r})")
+    if dwpd is not None and years is None:
+        e.fail("warranty_years", "must be given with dwpd (endurance = dwpd x capacity x 365 x years)")
+    if tbw is None and dwpd is not None and years is not None:
+        tbw = dwpd * e.req("capacity_gb") * 365 * years / 1000
     e.req("price_usd_per_gb", zero_ok=True)
     return Tier(
         name=e.text("name"), aliases=e.aliases(), kind=kind,
@@ -269,6 +299,7 @@ def _parse_tier(e: _Entry, kinds: tuple[str, ...]) -> Tier:
         price_usd_per_gb=e.dated("price_usd_per_gb") or 0.0,
         power_watts=e.req("power_w"), endurance_bytes=None if tbw is None else round(tbw * 1e12),
         source=e.text("source"), note=str(e.raw.get("note", "")),
+        drive_class=drive_class, dwpd=dwpd, warranty_years=years,
     )  # fmt: skip
 
 
