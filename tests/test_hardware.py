@@ -103,7 +103,7 @@ def test_units_are_converted_on_load(cat: hw.Catalogue) -> None:
     assert cat.gpu("A100-80GB").memory_bytes == 80 * 2**30  # true capacity: "80 GB" is 80 GiB
     assert cat.gpu("A100-80GB").memory_nominal_bytes == 80e9  # the marketed figure, as ZeRO's tables read it
     assert cat.gpu("A100-80GB").nvlink_domain_gpus == 8 and cat.gpu("RTX-4090").nvlink_domain_gpus == 1
-    assert cat.gpu("H200").memory_bytes == 141e9
+    assert cat.gpu("H200").memory_bytes == 143771 * 2**20 and cat.gpu("H200").memory_nominal_bytes == 141e9
     assert cat.gpu("A100-40GB").memory_bandwidth == pytest.approx(1.555e12)
     assert cat.gpu("H100-SXM").memory_bandwidth == pytest.approx(3.35e12)
     assert cat.gpu("H100-SXM").peak_flops["bf16"] == pytest.approx(989.4e12)
