@@ -1,0 +1,42 @@
+"""The model-shape flags every subcommand shares: a preset, a parameter count, or a custom shape."""
+
+from __future__ import annotations
+
+import argparse
+
+from labkit.cli.common import parse_int
+from labkit.errors import LabkitError
+from labkit.shapes import ModelShape, model_shape
+
+SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "vocab")
+
+
+def add_shape_flags(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--params`` and the custom shape flags, as ``estimate`` and ``advise`` take them."""
+    p.add_argument("--model", help="a preset (e.g. gpt3-175b, llama2-7b)")
+    p.add_argument("--params", help="a parameter count alone: model states only")
+    for flag in ("layers", "hidden", "heads", "vocab", "ffn"):
+        p.add_argument(f"--{flag}", help="custom shape (ffn optional, default 4*hidden)")
+    p.add_argument("--seq", help="sequence length (overrides a preset's context length)")
+
+
+def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
+    """The preset, the custom shape, or None for ``--params`` (exactly one must be given)."""
+    custom = {f: getattr(a, f) for f in ("layers", "hidden", "heads", "vocab", "ffn") if getattr(a, f)}
+    if a.params is not None:
+        if a.model or custom:
+            raise LabkitError("params must be given alone: not with --model or the shape flags")
+        return None
+    if a.model:
+        if custom:
+            raise LabkitError("model must be given alone: not with the shape flags " + ", ".join(custom))
+        return model_shape(a.model)
+    if not custom:
+        raise LabkitError("model must be given: --model NAME, --params N, or --" + " --".join(SHAPE_FLAGS))
+    given = {**custom, "seq": a.seq}
+    missing = [f"--{f}" for f in SHAPE_FLAGS if given.get(f) is None]
+    if missing:
+        flags = ", ".join("--" + f for f in SHAPE_FLAGS)
+        raise LabkitError(f"shape needs {flags} together (missing {', '.join(missing)})")
+    sizes = {f: parse_int(f, given[f]) for f in SHAPE_FLAGS}
+    return ModelShape(name="custom", **sizes, ffn=parse_int("ffn", a.ffn, positive=False) if a.ffn else 0)
