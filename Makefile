@@ -1,4 +1,6 @@
 # Two commands: `make lab` opens the lab, `make test` runs every test. Each sets up .venv first.
+# `make lab` opens the student's own copies (my-labs/, outputs cleared, never overwritten);
+# `make instructor` opens the solved notebooks in labs/ with their stored outputs.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -14,17 +16,25 @@ export IPYTHONDIR         := $(CURDIR)/$(VENV)/ipython
 export MPLCONFIGDIR       := $(CURDIR)/$(VENV)/matplotlib
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: lab test notebooks bench lint clean
+.PHONY: lab instructor serve test notebooks bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test,hf]"
 	touch $(STAMP)
 
 lab: $(STAMP)
+	@$(BIN)/python -m labkit.course copies --dst my-labs
+	@$(MAKE) -s serve DIR=my-labs
+
+instructor: $(STAMP)
+	@$(MAKE) -s serve DIR=labs
+
+DIR ?= my-labs
+serve:
 	@token=$${LABKIT_TOKEN:-$$($(BIN)/python -c 'import secrets; print(secrets.token_hex(16))')}; \
 	echo "labkit: open http://$(HOST):$(PORT)/lab?token=$$token"; \
-	$(BIN)/jupyter lab --notebook-dir=labs --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+	$(BIN)/jupyter lab --notebook-dir=$(DIR) --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
 	  --no-browser --allow-root --IdentityProvider.token=$$token
 
 test: $(STAMP)

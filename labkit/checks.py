@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from labkit.course import record
 from labkit.diagnose import diagnose, same_text
 from labkit.errors import require_choice
 
@@ -111,6 +112,7 @@ def check(key: str, answer: float | None) -> Feedback:
         return Feedback(False, f"The answer must be a number (got {answer!r}). {ex.question}")
     right = ex.answer()
     if abs(value - right) <= ex.rel_tol * abs(right) + 1e-12:
+        record("exercise", key, answer, True)
         _WRONG_TRIES.pop(key, None)
         return Feedback(True, f"Right: {same_text(right, value)[0]}. {_why(ex)}")
     tries = _WRONG_TRIES[key] = _WRONG_TRIES.get(key, 0) + 1
@@ -119,6 +121,7 @@ def check(key: str, answer: float | None) -> Feedback:
     mine, theirs = same_text(value, right)
     direction = "high" if value > right else "low"
     diagnosis = _diagnosis(ex, value, right)
+    record("exercise", key, answer, False, diagnosis)
     lines = [f"Not quite: {mine} is too {direction}."]
     if diagnosis:
         lines.append(f"Likely mistake: {diagnosis}" + ("" if diagnosis.endswith("?") else "."))
@@ -129,4 +132,5 @@ def check(key: str, answer: float | None) -> Feedback:
 
 
 from labkit import core_exercises as _core_exercises  # noqa: E402, F401 - registers the 01.* and 02.* exercises
+from labkit.course import export_answers  # noqa: E402, F401 - an instructor collects the file it writes
 from labkit.reveal import reveal, reveal_claims, reveal_number  # noqa: E402, F401

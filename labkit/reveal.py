@@ -9,6 +9,7 @@ cell re-run with a new value) is noted, so a learner sees their first answer too
 
 from __future__ import annotations
 
+from labkit.course import record
 from labkit.diagnose import diagnose, same_text
 from labkit.errors import LabkitError, require_choice
 
@@ -40,6 +41,7 @@ def reveal(prediction: str | None, measured: dict[str, float], question: str = "
     if prediction is None:
         return Feedback(False, f"No prediction committed. The {question} is {largest} ({100 * share:.0f}%).")
     require_choice("prediction", prediction, measured)
+    record("prediction", question, prediction, prediction == largest)
     verdict = "Right" if prediction == largest else f"Wrong: you said {prediction}"
     return Feedback(prediction == largest, f"{verdict}. The {question} is {largest}, {100 * share:.0f}% of the "
                     f"total.{_changed(question, prediction)}")  # fmt: skip
@@ -87,6 +89,7 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         verdict = f"Wrong: too {'high' if g > value else 'low'} by {by}"
     slip = "" if ok else diagnose(g, value)
     slip = f" Likely slip: {slip}" + ("" if slip.endswith("?") else ".") if slip else ""
+    record("prediction", what, g, ok, slip.strip())
     rule = "counts are judged exactly" if exact else f"right within {100 * tol:.0f}%"
     return Feedback(ok, f"{verdict}: you said {shown(mine)}. {what}: {shown(theirs)} ({rule}).{slip}"
                     f"{_changed(what, g)}", slip.strip())  # fmt: skip
@@ -115,5 +118,6 @@ def reveal_claims(guesses: dict[str, object], truths: dict[str, bool]):
         right += hit
         mark = "right" if hit else ("-" if guess is None else "wrong")
         lines.append(f"{key}: {'yes' if truth else 'no'} ({said}: {mark}){_changed('claim:' + key, guess)}")
+        record("prediction", "claim:" + key, guess, hit)
     lines.append(f"{right} of {len(truths)} right.")
     return Feedback(right == len(truths), "\n".join(lines))

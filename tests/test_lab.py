@@ -1,4 +1,4 @@
-"""`make lab` serves the lab: on 127.0.0.1 only, behind a token, with the notebooks in it."""
+"""`make lab` serves the student copies of the lab: on 127.0.0.1 only, behind a token, outputs cleared."""
 
 from __future__ import annotations
 
@@ -69,6 +69,9 @@ def test_make_lab_serves_on_loopback_with_a_token():
         status, body = _get(f"{base}/api/contents?token={token}")
         names = {item["name"] for item in json.loads(body)["content"]}
         assert status == 200 and "01_storage_challenges.ipynb" in names
+        status, body = _get(f"{base}/api/contents/01_storage_challenges.ipynb?token={token}")
+        cells = json.loads(body)["content"]["cells"]
+        assert status == 200 and not any(c.get("outputs") for c in cells)  # the student's copy: nothing revealed
         assert _get(f"{base}/lab?token={token}")[0] == 200
         assert _get(f"{base}/api/contents")[0] == 403  # no token, no access
         assert _listeners(port) and _listeners(port) <= {"0100007F"}  # 127.0.0.1 and nothing else

@@ -1,0 +1,55 @@
+"""Student copies (outputs cleared, never overwritten) and the answers file an instructor collects."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import checks, course
+from labkit.errors import LabkitError
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+
+
+def test_copies_clear_outputs_and_never_overwrite(tmp_path):
+    made = course.make_student_copies(LABS, tmp_path)
+    assert len(made.created) == len(list(LABS.glob("*.ipynb"))) and not made.kept
+    nb = json.loads((tmp_path / "01_storage_challenges.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    solved = json.loads((LABS / "01_storage_challenges.ipynb").read_text())
+    assert [c["source"] for c in nb["cells"]] == [c["source"] for c in solved["cells"]]
+    assert any(c.get("outputs") for c in solved["cells"])  # labs/ keeps what nbval checks
+    mine = tmp_path / "01_storage_challenges.ipynb"
+    mine.write_text(mine.read_text().replace("import", "import  ", 1))
+    again = course.make_student_copies(LABS, tmp_path)
+    assert not again.created and "01_storage_challenges.ipynb" in again.kept
+    assert "import  " in mine.read_text()
+
+
+def test_bad_source_folder_is_named(tmp_path):
+    with pytest.raises(LabkitError, match="src must be a folder"):
+        course.make_student_copies(tmp_path / "nowhere", tmp_path / "out")
+    env = os.environ | {"PYTHONPATH": str(LABS.parent)}
+    out = subprocess.run([sys.executable, "-m", "labkit.course", "copies", "--src", str(tmp_path), "--dst",
+                          str(tmp_path / "o")], capture_output=True, text=True, env=env)  # fmt: skip
+    assert out.returncode == 2 and out.stderr.startswith("labkit: error: src must be")
+
+
+def test_answers_are_exported_with_verdicts(tmp_path):
+    course.ANSWERS.clear()
+    checks.reset_attempts()
+    checks.check("01.bytes_per_param", 18)
+    checks.check("01.bytes_per_param", 16)
+    checks.reveal_number(3, 2, "steps lost", "", 1)
+    path = checks.export_answers(tmp_path / "ana.json", student="ana")
+    data = json.loads(path.read_text())
+    assert data["student"] == "ana" and data["summary"] == {"answered": 2, "right": 1}
+    first = data["answers"][0]
+    assert first["key"] == "01.bytes_per_param" and not first["ok"] and "DeepSpeed" in first["diagnosis"]
+    with pytest.raises(LabkitError, match="path must end in .json"):
+        checks.export_answers(tmp_path / "a.txt")
+
