@@ -29,8 +29,9 @@ from labkit.errors import LabkitError, require_positive
 from labkit.hardware import gpu as find_gpu
 from labkit.measure import ModuleHooks
 from labkit.model import count_parameters
+from labkit.offload_model import ZERO3
 
-BYTES_PER_PARAM = 16  # ZeRO's 2 + 2 + 12 (mixed) = 4 + 4 + 8 (fp32 AdamW)
+BYTES_PER_PARAM = int(ZERO3.gpu_bytes_per_param(1))  # ZeRO's 2 + 2 + 12 (mixed) = 4 + 4 + 8 (fp32 AdamW)
 
 
 class DeviceOutOfMemory(LabkitError):

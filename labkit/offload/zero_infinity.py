@@ -22,7 +22,9 @@ Bytes per step, exactly (Psi parameters, Psi_b of them in blocks)::
 
 On disk: 14 bytes/param. The paper's 20 bytes/param also counts 16-bit gradients (2) and
 fp32 gradients (4); here those live in memory for one group at a time (a group's step runs
-as soon as its backward is done), so they never reach the disk.
+as soon as its backward is done), so they never reach the disk. Both accountings, term by
+term, are ``labkit.offload_model.ZERO_INFINITY`` (the paper) and ``ZERO_INFINITY_LAB`` (this
+run); :func:`io_bytes_per_step` is the latter's NVMe traffic.
 """
 
 from __future__ import annotations
@@ -40,17 +42,23 @@ from labkit.errors import LabkitError, require_positive
 from labkit.hardware import gpu, tier
 from labkit.model import count_parameters
 from labkit.offload.disk import DiskBandwidth, DiskStore, measure_disk
+from labkit.offload_model import ZERO_INFINITY, ZERO_INFINITY_LAB
 from labkit.references import headline
 from labkit.train import TrainConfig, Trainer
 
 STATE_KINDS = ("master", "exp_avg", "exp_avg_sq")
-PAPER_BYTES_PER_PARAM = 20  # 2 + 2 (16-bit p, g) + 4 + 4 + 4 + 4 (fp32 p, m, v, g), Rajbhandari et al. 2021
+# 2 + 2 (16-bit p, g) + 4 + 4 + 4 + 4 (fp32 p, m, v, g), Rajbhandari et al. 2021, section 3
+PAPER_BYTES_PER_PARAM = int(ZERO_INFINITY.nvme_bytes_per_param)
 
 
 def io_bytes_per_step(params: int, block_params: int) -> dict[str, int]:
-    """Exact bytes this implementation reads and writes per step (see the module docstring)."""
+    """Exact bytes this implementation reads and writes per step (``offload_model.ZERO_INFINITY_LAB``)."""
     require_positive("params", params)
-    return {"read": 2 * params + 2 * block_params + 12 * params, "write": 12 * params + 2 * params}
+    if not 0 <= block_params <= params:
+        raise LabkitError(f"block_params must be between 0 and params={params} (got {block_params!r})")
+    f = block_params / params
+    return {"read": round(ZERO_INFINITY_LAB.nvme_read_bytes_per_param(f) * params),
+            "write": round(ZERO_INFINITY_LAB.nvme_write_bytes_per_param(f) * params)}
 
 
 class _Group:

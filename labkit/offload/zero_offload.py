@@ -29,6 +29,7 @@ from labkit.errors import LabkitError, require_positive
 from labkit.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
 from labkit.hardware import gpu, link, tier, transfer_time
 from labkit.model import count_parameters
+from labkit.offload_model import ZERO_OFFLOAD
 from labkit.references import headline
 from labkit.shapes import ModelShape
 from labkit.train import MasterWeightAdamW, TrainConfig, Trainer
@@ -93,10 +94,10 @@ class ZeroOffloadRun:
         return offload_bytes_per_step(self.params)
 
 
-def offload_bytes_per_step(params: int, bytes_16bit: int = 2) -> int:
-    """Ren et al. 2021, section 4: 2 Psi gradients down + 2 Psi parameters up per step."""
+def offload_bytes_per_step(params: int) -> int:
+    """Ren et al. 2021, section 4: 2 Psi gradients down + 2 Psi parameters up per step (``offload_model``)."""
     require_positive("params", params)
-    return 2 * bytes_16bit * params
+    return round(ZERO_OFFLOAD.link_bytes_per_param() * params)
 
 
 def zero_offload_trainer(cfg: TrainConfig) -> Trainer:
@@ -226,7 +227,8 @@ class StepTime:
     assumptions: str
 
 
-ADAM_BYTES_PER_PARAM = 28  # read fp32 p, m, v + 16-bit grad (14); write p, m, v + 16-bit p (14)
+# read fp32 p, m, v + 16-bit grad (14); write p, m, v + 16-bit p (14)
+ADAM_BYTES_PER_PARAM = int(ZERO_OFFLOAD.step_bytes_per_param())
 
 
 def step_time(shape: ModelShape, gpu_name: str = "V100-32GB", micro_batch: int = 8, cpu_memory: str = "DDR4-3200",
