@@ -116,3 +116,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+TOPIC_EXERCISES = ("intra_layer", "offload", "reduction", "resilience", "economics", "future", "advisor")
+
+
+def exercise_table() -> str:
+    """Exercises per notebook, from the registry (importing each topic registers its own)."""
+    import importlib
+
+    from labkit import checks
+
+    for topic in TOPIC_EXERCISES:
+        importlib.import_module(f"labkit.{topic}.exercises")
+    counts: dict[str, int] = {}
+    for key in checks.EXERCISES:
+        counts[key[:2]] = counts.get(key[:2], 0) + 1
+    lines = ["notebook  exercises", "--------  ---------"]
+    lines += [f"{nb:>8}  {n:>9}" for nb, n in sorted(counts.items())]
+    return "\n".join(lines)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -117,12 +116,14 @@ def lab_server(notebooks: Path, home: Path, startup_s: float = 120) -> Iterator[
 
 
 def copy_notebooks(src: Path, dst: Path) -> list[str]:
-    """Copy the notebooks to ``dst`` (running them in the browser must not touch the committed files)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    names = sorted(p.name for p in src.glob("0*.ipynb"))
-    for name in names:
-        shutil.copy2(src / name, dst / name)
-    return names
+    """The student copies a learner gets from ``make lab`` (outputs cleared), made in ``dst``.
+
+    Running them in the browser must not touch the committed files, and a student's page
+    starts with nothing revealed: exactly what :func:`labkit.course.make_student_copies` makes.
+    """
+    from labkit.course import make_student_copies
+
+    return list(make_student_copies(src, dst).created)
 
 
 # JavaScript run in the page. Each returns plain JSON.
