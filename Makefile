@@ -47,7 +47,7 @@ bench: $(STAMP)
 	$(BIN)/labkit bench --notebooks
 
 lint: $(STAMP)
-	$(BIN)/ruff check labkit tests tools
+	$(BIN)/ruff check labkit tests tools instructor
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,16 @@
+"""The instructor key: reference solutions of the coding exercises (tests check each one passes).
+
+Kept outside the ``labkit`` package so a student's copy of the lab does not import it.
+"""
+
+from __future__ import annotations
+
+
+def state_bytes(n_params: int, precision: str) -> dict[str, int]:
+    """01.code.state_bytes: 4+4+8 B/param in fp32 (AdamW's two moments); 2+2+12 in bf16-mixed."""
+    if precision == "fp32":
+        return {"parameters": 4 * n_params, "gradients": 4 * n_params, "optimizer": 8 * n_params}
+    return {"parameters": 2 * n_params, "gradients": 2 * n_params, "optimizer": 12 * n_params}
+
+
+REFERENCES = {"01.code.state_bytes": state_bytes}

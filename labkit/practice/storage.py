@@ -1,0 +1,55 @@
+"""Notebook 01's coding exercise: bytes per category of model state, checked against real training steps.
+
+The learner writes ``state_bytes(n_params, precision)`` returning the bytes of parameters,
+gradients and optimizer states. Each case trains a real tiny GPT for one step in that
+precision, measures what it holds (:func:`labkit.measure.measure_step`), and compares
+category by category, so the function must describe what torch really keeps: fp32 Adam
+holds two moments (8 B/param); the lab's bf16-mixed optimizer holds fp32 master weights
+and two moments (12 B/param) beside 16-bit weights and gradients (ZeRO, Rajbhandari et
+al. SC 2020, section 3.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from labkit.practice import Case, CodingExercise, register, safely
+
+CATEGORIES = ("parameters", "gradients", "optimizer")
+SHAPES = ({"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 16}, {"n_layer": 2, "d_model": 48, "n_head": 4,
+                                                                       "seq_len": 16})
+
+
+def measured_states(precision: str, shape: dict) -> tuple[int, dict[str, int]]:
+    """Parameter count and measured bytes per category of one real step of a tiny GPT."""
+    from labkit.data import vocab_size
+    from labkit.measure import measure_step
+    from labkit.model import GPTConfig
+    from labkit.train import TrainConfig, Trainer
+
+    trainer = Trainer(TrainConfig(model=GPTConfig(vocab_size=vocab_size(), **shape), batch_size=2,
+                                  precision=precision))  # fmt: skip
+    step = measure_step(trainer)
+    n = sum(p.numel() for p in trainer.model.parameters())
+    return n, {k: getattr(step, k) for k in CATEGORIES}
+
+
+def run(fn: Callable[[int, str], dict]) -> list[Case]:
+    cases = []
+    for precision in ("fp32", "bf16-mixed"):
+        for shape in SHAPES:
+            n, real = measured_states(precision, shape)
+            name = f"{precision}, {n:,} parameters (measured on a real step)"
+            cases.append(safely(name, lambda n=n, p=precision: {k: int(fn(n, p)[k]) for k in CATEGORIES}, real,
+                                lambda got, want: got == want))  # fmt: skip
+    return cases
+
+
+register(CodingExercise(
+    "01.code.state_bytes",
+    "Write state_bytes(n_params, precision) -> {'parameters': B, 'gradients': B, 'optimizer': B} for "
+    "precision 'fp32' (torch AdamW) and 'bf16-mixed' (16-bit weights and gradients, fp32 master weights and moments).",
+    run,
+    "fp32: 4 B weights, 4 B gradients, Adam's two fp32 moments. bf16-mixed: 2 + 2, and the optimizer keeps an fp32 "
+    "copy of the weights beside its two moments.",
+))

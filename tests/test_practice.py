@@ -1,0 +1,42 @@
+"""Coding exercises: every reference solution in the instructor key passes, every blank stub fails."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import practice
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from instructor.key import REFERENCES  # noqa: E402
+
+practice._load()
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def test_every_coding_exercise_has_a_reference():
+    assert set(REFERENCES) == set(practice.CODING)
+
+
+@pytest.mark.parametrize("key", sorted(REFERENCES))
+def test_reference_passes_and_stub_fails(key):
+    assert practice.check_code(key, REFERENCES[key]), str(practice.check_code(key, REFERENCES[key]))
+    stub = practice.check_code(key, _stub)
+    assert not stub and "Not written yet" in str(stub)
+    assert not practice.check_code(key, None)
+
+
+def test_a_plausible_wrong_answer_fails_with_the_case_named():
+    def sixteen_everywhere(n, precision):  # ZeRO's 2 + 2 + 12 applied to fp32 too
+        return {"parameters": 2 * n, "gradients": 2 * n, "optimizer": 12 * n}
+
+    fb = practice.check_code("01.code.state_bytes", sixteen_everywhere)
+    assert not fb and "FAIL  fp32" in str(fb) and "pass  bf16-mixed" in str(fb)
+
+
+def test_an_exception_in_the_learners_code_is_a_named_failure():
+    fb = practice.check_code("01.code.state_bytes", lambda n, p: {}["parameters"])
+    assert not fb and "raised KeyError" in str(fb)
