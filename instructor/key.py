@@ -13,4 +13,15 @@ def state_bytes(n_params: int, precision: str) -> dict[str, int]:
     return {"parameters": 2 * n_params, "gradients": 2 * n_params, "optimizer": 12 * n_params}
 
 
-REFERENCES = {"01.code.state_bytes": state_bytes}
+def one_f_one_b(rank: int, p: int, m: int) -> list[tuple[str, int]]:
+    """02.code.one_f_one_b: p - rank forwards, then one backward and one forward in turn, then the rest."""
+    warm = min(p - rank, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m):
+        order.append(("B", i))
+        if warm + i < m:
+            order.append(("F", warm + i))
+    return order
+
+
+REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b}

@@ -40,3 +40,20 @@ def test_a_plausible_wrong_answer_fails_with_the_case_named():
 def test_an_exception_in_the_learners_code_is_a_named_failure():
     fb = practice.check_code("01.code.state_bytes", lambda n, p: {}["parameters"])
     assert not fb and "raised KeyError" in str(fb)
+
+
+def test_gpipe_order_fails_the_memory_bound_and_a_deadlock_is_named():
+    def gpipe(rank, p, m):
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+
+    fb = practice.check_code("02.code.one_f_one_b", gpipe)
+    assert not fb and "GPipe's memory" in str(fb)
+
+    def one_forward_first(rank, p, m):  # every rank starts backward after one forward: the last rank's B waits
+        order = []
+        for i in range(m):
+            order += [("F", i), ("B", i)]
+        return order
+
+    fb = practice.check_code("02.code.one_f_one_b", one_forward_first)
+    assert not fb and ("deadlock" in str(fb) or "bubble" in str(fb))
