@@ -101,11 +101,36 @@ def failure_traces(path: str | None = None) -> list[FailureTrace]:
     return out
 
 
+@dataclass(frozen=True)
+class LargestModelRow:
+    """One row of ZeRO's Table 2: the largest parameter count per stage (baseline, 1, 2, 3) as printed."""
+
+    mp: int
+    gpus: int
+    params: tuple[float, ...]
+    device_gb: float
+    source: str
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // self.mp
+
+
 def zero_examples(path: str | None = None) -> list[ZeroExample]:
-    """ZeRO's per-stage examples (7.5B parameters on 64 GPUs: 120 / 31.4 / 16.6 / 1.88 GB)."""
+    """ZeRO's per-stage example of Figure 1 (7.5 bn parameters on 64 GPUs: 120 / 31.4 / 16.6 / 1.9 GB)."""
     zero = load_references(path)["zero"]
     return [ZeroExample(float(e["params"]), int(e["dp"]), tuple(e["stage_gb"]), e["source"])
             for e in zero.get("example", [])]  # fmt: skip
+
+
+def zero_table2(path: str | None = None) -> list[LargestModelRow]:
+    """ZeRO's Table 2 (SC 2020): the largest model per stage on 32 GB V100s, model states only, as printed."""
+    t = load_references(path)["zero"]["table2"]
+    cols = [t[k] for k in ("baseline", "stage1", "stage2", "stage3")]
+    if not all(len(c) == len(t["mp"]) == len(t["gpus"]) for c in cols):
+        raise LabkitError("zero.table2: mp, gpus and every stage column must have the same length")
+    return [LargestModelRow(int(mp), int(g), tuple(float(c[i]) for c in cols), float(t["device_gb"]), t["source"])
+            for i, (mp, g) in enumerate(zip(t["mp"], t["gpus"], strict=True))]  # fmt: skip
 
 
 def section(name: str, path: str | None = None) -> dict[str, Any]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from matplotlib.figure import Figure
 
 import labkit.advisor.exercises  # noqa: F401  (registers "09.*")
-from labkit.advisor import capstone, flow
+from labkit.advisor import capstone, flow, search
 from labkit.advisor.costing import Layout
 from labkit.advisor.summary import summary, summary_table
 from labkit.checks import EXERCISES, check
@@ -59,32 +57,56 @@ def test_summary_trades(rows):
     assert all(name in table for name in rows) and "GB/GPU" in table
 
 
-def test_flow_path_of_the_megatron_layout():
-    lay = Layout(8, 8, 16, recompute="full")
-    assert flow.path(lay) == ["start", "fits_one", "fits_zero", "tp", "pp", "short", "recompute", "precision",
-                              "plan"]
-    assert flow.path(Layout(8, 1, 1)) == ["start", "fits_one", "dp", "precision", "plan"]
-    assert "tensor parallel tp=8" in flow.explain(lay) and "recompute full" in flow.explain(lay)
+@pytest.fixture(scope="module")
+def gpt3_advice():
+    return search.advise("gpt3-175b", 1536, "A100-80GB", 1024, "fastest", seq=2048)
 
 
-def test_every_path_follows_drawn_edges():
-    for tp, pp, stage, rec, off in itertools.product((1, 8), (1, 4), (0, 1, 3), ("none", "full"),
-                                                     ("none", "dram", "nvme")):
-        path = flow.path(Layout(2, tp, pp, zero_stage=stage, recompute=rec, offload=off))
-        assert all(edge in flow.EDGES for edge in zip(path, path[1:], strict=False)), path
+def test_flow_answers_are_computed_from_the_search(gpt3_advice):
+    """ZeRO-3 over 1,024 GPUs holds GPT-3's states in 2.7 GB: the flow must answer yes, whatever the best layout."""
+    d = {x.key: x for x in flow.decisions(gpt3_advice)}
+    assert [x.key for x in flow.decisions(gpt3_advice)] == list(flow.QUESTIONS)
+    assert d["fits_one"].answer is False and d["states_zero"].answer is True
+    assert "2.7 GB of states" in d["states_zero"].evidence
+    best = gpt3_advice.best.layout
+    assert d["tp"].answer == (best.tp > 1) and d["pp"].answer == (best.pp > 1)
+    assert d["recompute"].answer == (best.recompute != "none") and d["zero"].answer == (best.zero_stage > 0)
+    assert d["zero_only"].answer == any(p.layout.tp == p.layout.pp == 1 for p in gpt3_advice.kept)
+    for key, _, uses, _ in flow.CHOICES:  # each choice's evidence names the best plan on the other side
+        other = next((p for p in gpt3_advice.kept if uses(p.layout) != uses(best)), None)
+        if other is not None:
+            assert f"{other.step_s:,.4g} s a step" in d[key].evidence, key
+    assert flow.path(gpt3_advice) == [x.key for x in flow.decisions(gpt3_advice) if x.answer]
+    assert "2. do the model states fit with ZeRO-3 over 1,024 GPUs? yes" in flow.explain(gpt3_advice)
 
 
-def test_draw_lights_the_path():
-    lay = Layout(8, 8, 16, recompute="full")
-    fig = flow.draw(lay)
+def test_flow_small_model_fits_one_gpu():
+    a = search.advise("gpt2", 64, "A100-80GB", 8, "fastest")
+    d = {x.key: x for x in flow.decisions(a)}
+    assert d["fits_one"].answer and d["zero_only"].answer
+
+
+def test_draw_lights_the_yes_answers(gpt3_advice):
+    fig = flow.draw(gpt3_advice)
     assert isinstance(fig, Figure)
-    lit = [p for p in fig.axes[0].patches if p.get_linewidth() == 2.0]
-    assert len(lit) == len(flow.path(lay)) and len(fig.axes[0].patches) == len(flow.NODES)
+    patches = fig.axes[0].patches
+    lit = [p for p in patches if p.get_linewidth() == 2.0]
+    assert len(lit) == len(flow.path(gpt3_advice)) and len(patches) == 2 * len(flow.QUESTIONS)
+    boxes = sorted((p.get_x(), p.get_y()) for p in patches)  # one column of questions, one of answers: no crossing
+    assert {round(x, 3) for x, _ in boxes} == {0.0, 4.8}
+    assert len(flow.draw().axes[0].patches) == len(flow.QUESTIONS)
 
 
 def test_capstone_grades_plans():
     paper = capstone.grade({"dp": 8, "tp": 8, "pp": 16, "recompute": "full"})
     assert paper.plan.feasible and paper.time_ratio >= 1.0
+    diffs = capstone.differences(paper.plan, paper.best)
+    term, mine, theirs = diffs[0]
+    assert mine - theirs == max(a - b for _, a, b in diffs)  # the largest actual difference, term by term
+    assert f"The largest difference from the advisor's best is {term}" in paper.feedback
+    shape = GPT3
+    terms = capstone.time_terms(paper.plan, shape, 2048, 1536)
+    assert sum(terms.values()) == pytest.approx(paper.plan.step_s)
     assert paper.run_usd == pytest.approx(paper.plan.usd * capstone.GPT3_TASK.steps)
     assert bool(paper) == (paper.run_usd <= capstone.GPT3_TASK.budget_usd)
     assert "Feasible" in str(paper) and "budget" in str(paper)
@@ -106,3 +128,18 @@ def test_exercises_are_registered_and_checked():
         right = EXERCISES[key].answer()
         assert check(key, right) and not check(key, 2 * right + 1)
     assert EXERCISES["09.pure_dp_gb"].answer() > 3000
+
+
+def test_feedback_names_the_largest_difference_not_the_largest_part():
+    """A plan whose bubble is its largest non-compute part, but whose real gap is full against selective recompute."""
+    from labkit.advisor.costing import Plan
+
+    mine = Plan(Layout(8, 8, 16, recompute="full"), True, "", microbatches=192,
+                times={"compute": 28.0, "bubble": 2.2, "tp": 2.0, "dp": 0.1}, step_s=32.3)
+    best = Plan(Layout(128, 8, 1, 2, 2, "selective"), True, "", microbatches=6,
+                times={"compute": 21.4, "bubble": 0.0, "tp": 1.4, "dp": 1.1}, step_s=23.9)
+    term, a, b = capstone.differences(mine, best)[0]
+    assert term == "recompute" and a - b > 2.2
+    text = capstone._feedback(mine, best, capstone.GPT3_TASK)
+    assert text.startswith("The largest difference from the advisor's best is recompute")
+    assert "full against selective" in text

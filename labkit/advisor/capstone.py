@@ -1,23 +1,27 @@
 """The capstone: a fixed cluster and budget, a plan the learner proposes, and the advisor's grade.
 
 The task (:data:`GPT3_TASK`) is GPT-3 175B (Brown et al. 2020: 300 billion training tokens) on
-1,024 A100-80GB GPUs with Megatron-LM's global batch of 1,536 sequences of 2,048 tokens
-(Narayanan et al., SC 2021), rented at the catalogue's hourly price, with a budget in USD. The
+1,024 A100-80GB GPUs with the global batch of 1,536 sequences of 2,048 tokens of Megatron-LM's
+example configuration (``examples/pretrain_gpt3_175B.sh`` in NVIDIA/Megatron-LM: 128 nodes x 8
+GPUs, tp 8, pp 16, micro-batch 1), rented at the catalogue's hourly price, with a budget in USD. The
 grade judges the plan with the same rules and models as :func:`~labkit.advisor.search.advise`,
-then compares its whole run (steps = tokens / (batch x seq)) with the advisor's fastest plan.
+then compares its whole run (steps = tokens / (batch x seq)) with the advisor's fastest plan, and
+names the largest actual difference: :func:`differences` sets the two plans' step-time breakdowns
+side by side, term by term (with the recomputed forward split out of compute by its FLOPs,
+``estimate.training_flops``), so the feedback points at what really separates the two plans.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from labkit.advisor import costing, search
 from labkit.advisor.costing import Layout, Plan
 from labkit.errors import LabkitError, require_positive
+from labkit.estimate import training_flops
 from labkit.hardware import GB
-from labkit.shapes import model_shape
+from labkit.shapes import ModelShape, model_shape
 
 HINTS = {
     "memory": "shard more: ZeRO over dp, a larger tp inside the node or pp across nodes, recompute, or offload",
@@ -117,6 +121,74 @@ def _layout(proposal: Layout | dict) -> Layout:
     return Layout(**proposal)
 
 
+WHY = {  # what, in a layout, sets each term of the step time
+    "compute": lambda p, b: _pair("precision", p, b) + _pair("micro_batch", p, b),
+    "recompute": lambda p, b: _pair("recompute", p, b),
+    "bubble": lambda p, b: f"pp {p.pp} with m = {p.m} micro-batches against pp {b.pp} with m = {b.m}",
+    "tp": lambda p, b: f"tp {p.tp} against {b.tp}" + _pair("micro_batch", p, b, ", "),
+    "pp": lambda p, b: f"pp {p.pp} against {b.pp}",
+    "dp": lambda p, b: f"dp {p.dp} with ZeRO-{p.zero} against dp {b.dp} with ZeRO-{b.zero}",
+    "offload": lambda p, b: _pair("offload", p, b),
+}
+
+
+@dataclass(frozen=True)
+class _Side:
+    """The layout fields the WHY lines quote, for one plan."""
+
+    dp: int
+    tp: int
+    pp: int
+    m: int
+    zero: int
+    recompute: str
+    offload: str
+    precision: str
+    micro_batch: int
+
+
+def _side(plan: Plan) -> _Side:
+    lay = plan.layout
+    return _Side(lay.dp, lay.tp, lay.pp, plan.microbatches, lay.zero_stage, lay.recompute, lay.offload,
+                 lay.precision, lay.micro_batch)
+
+
+def _pair(field: str, p: _Side, b: _Side, sep: str = "") -> str:
+    a, c = getattr(p, field), getattr(b, field)
+    return "" if a == c else f"{sep}{field.replace('_', '-')} {a} against {c}"
+
+
+def time_terms(plan: Plan, shape: ModelShape, seq: int, global_batch: int) -> dict[str, float]:
+    """The plan's step time by term, with the recomputed forward split out of compute by its share of FLOPs."""
+    times = dict(plan.times)
+    if "recompute" not in times and plan.layout.recompute != "none":
+        share = 1 - training_flops(shape, seq, global_batch) / training_flops(shape, seq, global_batch,
+                                                                             plan.layout.recompute)
+        times["recompute"] = times["compute"] * share
+        times["compute"] -= times["recompute"]
+    return times
+
+
+def differences(plan: Plan, best: Plan, task: Task = GPT3_TASK) -> list[tuple[str, float, float]]:
+    """(term, plan's seconds, best's seconds) for every term of the step time, largest excess first."""
+    shape = model_shape(task.model)
+    mine, theirs = (time_terms(p, shape, task.seq, task.global_batch) for p in (plan, best))
+    terms = [(k, mine.get(k, 0.0), theirs.get(k, 0.0)) for k in dict.fromkeys([*mine, *theirs])]
+    return sorted(terms, key=lambda t: (-(t[1] - t[2]), t[0]))
+
+
+def _feedback(plan: Plan, best: Plan, task: Task) -> str:
+    diffs = differences(plan, best, task)
+    term, mine, theirs = diffs[0]
+    if mine - theirs <= 1e-9 * max(plan.step_s, 1.0):
+        return "No term of your step is longer than the advisor's best: your plan is as fast.\n"
+    why = WHY.get(term, lambda p, b: "")(_side(plan), _side(best)).strip(", ")
+    text = (f"The largest difference from the advisor's best is {term}: {mine:.2f} s against {theirs:.2f} s a step "
+            f"(+{mine - theirs:.2f} s)" + (f", from {why}" if why else "") + ".\n")
+    rest = [f"{k} {a - b:+.2f} s" for k, a, b in diffs[1:] if abs(a - b) >= 0.005]
+    return text + ("Then: " + ", ".join(rest) + ".\n" if rest else "")
+
+
 def grade(proposal: Layout | dict, task: Task = GPT3_TASK) -> Grade:
     """Judge the learner's plan (a Layout or ``{"dp": 8, "tp": 8, "pp": 16, ...}``) for ``task``."""
     require_positive("budget_usd", task.budget_usd, integer=False)
@@ -134,8 +206,5 @@ def grade(proposal: Layout | dict, task: Task = GPT3_TASK) -> Grade:
     verdict = "within" if g.within_budget else "over"
     text = (f"Feasible: {plan.memory_bytes / GB:.1f} GB per GPU; {plan.step_s:.2f} s a step, "
             f"{g.time_ratio:.2f}x the advisor's best; {g.run_days:.1f} days and ${g.run_usd / 1e6:.2f}M for "
-            f"{task.tokens / 1e9:.0f}B tokens: {verdict} the ${task.budget_usd / 1e6:.2f}M budget.\n")
-    slow = max(((k, v) for k, v in plan.times.items() if k != "compute"), key=lambda kv: kv[1])
-    text += (f"Besides compute ({plan.times['compute']:.2f} s) the largest part is {slow[0]} ({slow[1]:.2f} s).\n"
-             if not math.isclose(slow[1], 0.0) else "")
-    return Grade(plan, best, task, text + best_line)
+            f"{task.tokens / 1e9:.0f} bn tokens: {verdict} the ${task.budget_usd / 1e6:.2f}M budget.\n")
+    return Grade(plan, best, task, text + _feedback(plan, best, task) + best_line)

@@ -12,6 +12,7 @@ from labkit.checks import Exercise, register
 from labkit.shapes import model_shape
 
 TASK = capstone.GPT3_TASK
+# Megatron-LM's example configuration (examples/pretrain_gpt3_175B.sh): 128 nodes x 8 GPUs, tp 8, pp 16.
 MEGATRON = Layout(dp=8, tp=8, pp=16, micro_batch=1, zero_stage=0, recompute="full")
 
 
@@ -47,7 +48,8 @@ register("09.pure_dp_gb", Exercise(
     "the batch, not the model.",
 ))
 register("09.megatron_gb", Exercise(
-    "GB per GPU of Megatron-LM's layout (tp 8, pp 16, dp 8, micro-batch 1, full recompute, no ZeRO)?",
+    "GB per GPU of Megatron-LM's example configuration (tp 8, pp 16, dp 8, micro-batch 1, full recompute, "
+    "no ZeRO)?",
     _megatron_gb,
     0.05,
     "States: 16 bytes x 175e9 / (8 x 16); activations: 1F1B holds p = 16 micro-batches of 6 layers, each "
@@ -55,7 +57,7 @@ register("09.megatron_gb", Exercise(
     lambda: f"{_megatron_gb():.1f} GB: most of it is the model states; full recompute leaves the activations small.",
 ))
 register("09.megatron_bubble", Exercise(
-    "What fraction (0..1) of a step does that Megatron layout spend in the pipeline bubble (m = 1536 / 8 = 192)?",
+    "What fraction (0..1) of a step does that configuration spend in the pipeline bubble (m = 1536 / 8 = 192)?",
     _megatron_bubble_share,
     0.05,
     "The bubble adds (p-1)/m of the compute time; divide it by the whole step, compute + bubble + communication.",

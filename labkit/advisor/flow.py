@@ -1,112 +1,170 @@
-"""The seed's selection flow as a decision diagram, with the path a plan takes through it lit up.
+"""The seed's selection flow, answered for one search: each question with the answer the advisor computed.
 
-The flow (section 3.4 of the seed): if the model fits one GPU, data parallelism; if its states fit
-once ZeRO shards them over the data-parallel GPUs, ZeRO; otherwise tensor parallelism inside a
-node, where NVLink carries its per-layer all-reduces, and pipeline parallelism across nodes, where
-only one activation per micro-batch crosses the slower link; if memory is still short, recompute,
-then offload to DRAM or NVMe when the link keeps up; and in every case bf16 mixed precision, with
-8-bit optimizer states when they help. :func:`path` reads that path off a plan's layout;
-:func:`draw` draws the diagram with it highlighted (matplotlib boxes and arrows).
+The flow (section 3.4 of the seed) asks, in order: does the model fit one GPU with plain data
+parallelism; do its model states fit once ZeRO-3 shards them over every GPU; does a ZeRO-only plan
+(tp = pp = 1) fit with its activations; then, for the plan the advisor ranked first, did it take
+ZeRO, tensor parallelism inside the NVLink node, a pipeline across nodes, recompute, offload,
+8-bit Adam states, bf16 mixed precision. :func:`decisions` answers each question from the search
+itself: the first three from the bytes per GPU the advisor computed (and ZeRO's 16 bytes per
+parameter over N GPUs, ``estimate.model_state_bytes``), the others by setting the best plan that
+uses the technique beside the best plan that does not, in the goal's own metric. So the answers
+are the advisor's decisions, not a reading of the layout. :func:`draw` puts the questions in one
+column and the answers beside them (orange: yes), so no arrow crosses another.
 """
 
 from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from labkit.advisor.costing import Layout, Plan
+from labkit.advisor.search import Advice
+from labkit.estimate import model_state_bytes
+from labkit.hardware import GB
+from labkit.shapes import ModelShape, model_shape
 
-NODES = {  # id: (text, x, y, is_question)
-    "start": ("model, batch, cluster", 0.0, 10.0, False),
-    "fits_one": ("does the model fit one GPU?", 0.0, 8.9, True),
-    "dp": ("data parallel (DDP)", -3.2, 8.9, False),
-    "fits_zero": ("do the states fit with ZeRO\nover the data-parallel GPUs?", 0.0, 7.6, True),
-    "zero": ("data parallel + ZeRO-1/2/3", -3.2, 6.3, False),
-    "tp": ("tensor parallel inside\nthe NVLink node", 2.0, 6.3, False),
-    "pp": ("pipeline across nodes\n(PCIe / network)", 2.0, 5.0, False),
-    "short": ("still short of memory?", 0.0, 3.8, True),
-    "recompute": ("recompute:\nselective, then full", -2.6, 2.6, False),
-    "offload": ("offload to DRAM, then NVMe,\nif the link keeps up", -2.6, 1.3, False),
-    "precision": ("precision: bf16 mixed,\n8-bit Adam states", 2.0, 1.3, False),
-    "plan": ("the plan", 2.0, 0.1, False),
-}
-EDGES = {  # (from, to): label
-    ("start", "fits_one"): "", ("fits_one", "dp"): "yes", ("fits_one", "fits_zero"): "no",
-    ("fits_zero", "zero"): "yes", ("fits_zero", "tp"): "no", ("fits_zero", "pp"): "no, tp = 1",
-    ("tp", "pp"): "", ("tp", "short"): "", ("pp", "short"): "", ("zero", "short"): "",
-    ("short", "recompute"): "yes", ("short", "offload"): "yes", ("short", "precision"): "no",
-    ("recompute", "offload"): "", ("recompute", "precision"): "", ("offload", "precision"): "",
-    ("dp", "precision"): "", ("precision", "plan"): "",
-}
-LIT, DIM = "#e6550d", "#bdbdbd"
+LIT, DIM, INK = "#e6550d", "#bdbdbd", "#636363"
 
 
-def path(plan: Plan | Layout) -> list[str]:
-    """The nodes a plan's layout passes through, from ``start`` to ``plan``."""
-    lay = plan.layout if isinstance(plan, Plan) else plan
-    out = ["start", "fits_one"]
-    plain = lay.tp == lay.pp == 1 and lay.zero_stage == 0 and lay.offload == "none" and lay.recompute == "none"
-    if plain:
-        return [*out, "dp", "precision", "plan"]
-    out.append("fits_zero")
-    if lay.tp == lay.pp == 1:
-        out.append("zero")
+@dataclass(frozen=True)
+class Decision:
+    """One question of the flow, the advisor's answer (None: not decidable here), and the numbers behind it."""
+
+    key: str
+    question: str
+    answer: bool | None
+    evidence: str
+
+
+CHOICES: tuple[tuple[str, str, Callable[[Layout], bool], Callable[[Layout], str]], ...] = (
+    ("zero", "ZeRO over the data-parallel GPUs?", lambda lay: lay.zero_stage > 0,
+     lambda lay: f"ZeRO-{lay.zero_stage} over dp {lay.dp}"),
+    ("tp", "tensor parallel inside the NVLink node?", lambda lay: lay.tp > 1, lambda lay: f"tp {lay.tp}"),
+    ("pp", "a pipeline across nodes?", lambda lay: lay.pp > 1, lambda lay: f"pp {lay.pp}"),
+    ("recompute", "recompute activations?", lambda lay: lay.recompute != "none",
+     lambda lay: f"recompute {lay.recompute}"),
+    ("offload", "offload states to DRAM or NVMe?", lambda lay: lay.offload != "none",
+     lambda lay: f"offload to {lay.offload}"),
+    ("adam8", "8-bit Adam states?", lambda lay: lay.optimizer_bits == 8, lambda lay: "8-bit Adam"),
+    ("bf16", "bf16 mixed precision?", lambda lay: lay.precision == "bf16-mixed", lambda lay: lay.precision),
+)
+QUESTIONS = ("fits_one", "states_zero", "zero_only", *(c[0] for c in CHOICES))
+
+
+def _value(plan: Plan, goal: str) -> str:
+    v = plan.metric(goal)
+    return {"fit": f"{v / GB:,.1f} GB per GPU", "fastest": f"{v:,.4g} s a step", "cheapest": f"${v:,.4g} a step",
+            "greenest": f"{v:,.3g} kg CO2 a step"}[goal]
+
+
+def _usable(advice: Advice) -> float:
+    return max((p.usable_bytes for p in (*advice.kept, *advice.rejected)), default=0.0)
+
+
+def _fit_questions(advice: Advice, shape: ModelShape) -> list[Decision]:
+    usable, n = _usable(advice), advice.gpus
+    plain = advice.find(dp=n, tp=1, pp=1, zero_stage=0, recompute="none", offload="none", precision="bf16-mixed",
+                        optimizer_bits=32)
+    need = plain.memory_bytes if plain is not None else math.inf
+    one = Decision("fits_one", "does the model fit one GPU (plain data parallel)?",
+                   None if plain is None else bool(need <= usable),
+                   f"needs {need / GB:,.1f} GB per GPU at micro-batch {plain.layout.micro_batch}, "
+                   f"a GPU holds {usable / GB:,.1f} GB usable" if plain is not None else "not judged")
+    states = sum(model_state_bytes(shape.params, "bf16-mixed", 3, n).values())
+    zero = Decision("states_zero", f"do the model states fit with ZeRO-3 over {n:,} GPUs?",
+                    bool(states <= usable), f"{states / GB:,.1f} GB of states per GPU (16 B/param / {n:,})")
+    alone = [p for p in (*advice.kept, *advice.rejected) if p.layout.tp == p.layout.pp == 1
+             and math.isfinite(p.memory_bytes)]
+    kept = [p for p in advice.kept if p.layout.tp == p.layout.pp == 1]
+    roomy = [p for p in alone if p.memory_bytes <= usable]
+    if kept:
+        text = f"best {kept[0].layout.label}, {_value(kept[0], advice.goal)}"
+    elif roomy:
+        text = f"{len(roomy)} fit in memory but break a rule, e.g. {roomy[0].layout.label}: {roomy[0].reason}"
+    elif alone:
+        least = min(alone, key=lambda p: p.memory_bytes)
+        text = f"the smallest ({least.layout.label}) needs {least.memory_bytes / GB:,.1f} GB per GPU"
     else:
-        out += (["tp"] if lay.tp > 1 else []) + (["pp"] if lay.pp > 1 else [])
-    out.append("short")
-    out += (["recompute"] if lay.recompute != "none" else []) + (["offload"] if lay.offload != "none" else [])
-    return [*out, "precision", "plan"]
+        text = "no such layout was judged"
+    only = Decision("zero_only", "is there a valid plan with tp = pp = 1 (data parallel, ZeRO)?",
+                    bool(kept) if alone or kept else None, text)
+    return [one, zero, only]
 
 
-def explain(plan: Plan | Layout) -> str:
-    """The path in words, one line per step, with the plan's own degrees."""
-    lay = plan.layout if isinstance(plan, Plan) else plan
-    words = {
-        "fits_one": "the model does not fit one GPU" if path(lay)[2] != "dp" else "the model fits one GPU",
-        "dp": f"data parallel over {lay.dp} GPUs",
-        "zero": f"ZeRO-{lay.zero_stage} over dp={lay.dp}",
-        "tp": f"tensor parallel tp={lay.tp} inside a node (sequence parallel on)" + (
-            f", dp={lay.dp}" + (f" with ZeRO-{lay.zero_stage}" if lay.zero_stage else "") if lay.pp == 1 else ""),
-        "pp": f"pipeline pp={lay.pp} across nodes, dp={lay.dp}" + (f" with ZeRO-{lay.zero_stage}"
-                                                                    if lay.zero_stage else ""),
-        "short": "still short?" + (" yes" if lay.recompute != "none" or lay.offload != "none" else " no"),
-        "recompute": f"recompute {lay.recompute}",
-        "offload": f"offload to {lay.offload}",
-        "precision": f"{lay.precision}" + (", 8-bit Adam states" if lay.optimizer_bits == 8 else ""),
-    }
-    steps = [n for n in path(lay)[1:-1] if n != "fits_zero"]
-    return "\n".join(f"{i}. {words[n]}" for i, n in enumerate(steps, start=1))
+def decisions(advice: Advice, shape: ModelShape | None = None) -> list[Decision]:
+    """The flow's questions answered from ``advice``: fit questions from bytes, choices from the ranked plans."""
+    shape = shape or model_shape(advice.model)
+    out = _fit_questions(advice, shape)
+    best = advice.best
+    for key, question, uses, says in CHOICES:
+        if best is None:
+            out.append(Decision(key, question, None, "no plan fits"))
+            continue
+        other = next((p for p in advice.kept if uses(p.layout) != uses(best.layout)), None)
+        mine = f"{says(best.layout)}: {_value(best, advice.goal)}" if uses(best.layout) else _value(best, advice.goal)
+        alt = (f"best {'without' if uses(best.layout) else 'with'}: " +
+               (_value(other, advice.goal) if other is not None else "none fits"))
+        if other is not None and math.isclose(other.metric(advice.goal), best.metric(advice.goal), rel_tol=0.005):
+            alt += " (a tie within 0.5%)"
+        out.append(Decision(key, question, uses(best.layout), f"{mine}; {alt}"))
+    return out
 
 
-def draw(plan: Plan | Layout | None = None, title: str = "") -> Figure:
-    """The decision diagram; with a plan, its path is drawn in orange and the rest in grey."""
-    lit = path(plan) if plan is not None else []
-    lit_edges = set(zip(lit, lit[1:], strict=False))
-    fig = plt.figure(figsize=(8.5, 7.5))  # through pyplot, so a notebook shows it as an image
+def path(advice: Advice, shape: ModelShape | None = None) -> list[str]:
+    """The questions the advisor answered yes, in the flow's order."""
+    return [d.key for d in decisions(advice, shape) if d.answer]
+
+
+def explain(advice: Advice, shape: ModelShape | None = None) -> str:
+    """The flow in words, one line per question, with the advisor's answer and its numbers."""
+    word = {True: "yes", False: "no", None: "-"}
+    return "\n".join(f"{i}. {d.question} {word[d.answer]}: {d.evidence}"
+                     for i, d in enumerate(decisions(advice, shape), start=1))
+
+
+def _box(ax, x: float, y: float, w: float, text: str, lit: bool, question: bool) -> None:
+    text = "\n".join(textwrap.wrap(text, 44 if question else 82)[:2])
+    ax.add_patch(FancyBboxPatch((x, y - 0.33), w, 0.66, zorder=3, boxstyle="round,pad=0.04",
+                                facecolor="#fdd0a2" if lit else "white", edgecolor=LIT if lit else INK,
+                                linewidth=2.0 if lit else 1.0, linestyle="-" if question or lit else ":"))
+    ax.text(x + 0.12, y, text, ha="left", va="center", fontsize=8.5, zorder=4, fontweight="bold" if lit else "normal")
+
+
+def draw(advice: Advice | None = None, title: str = "", shape: ModelShape | None = None) -> Figure:
+    """Questions down the left, the advisor's answers beside them: orange where the answer is yes."""
+    rows = decisions(advice, shape) if advice is not None else [
+        Decision(k, q, None, "") for k, q in zip(QUESTIONS, _QUESTION_TEXT, strict=True)]
+    fig = plt.figure(figsize=(12, 0.62 * len(rows) + 1.4))  # through pyplot, so a notebook shows it as an image
     plt.close(fig)
     ax = fig.add_subplot()
-    ax.set_xlim(-5.0, 4.2)
-    ax.set_ylim(-0.6, 10.7)
+    ax.set_xlim(-0.1, 12.1)
+    ax.set_ylim(-len(rows) + 0.5, 0.8)
     ax.axis("off")
-    for (a, b), label in EDGES.items():
-        (_, xa, ya, _), (_, xb, yb, _) = NODES[a], NODES[b]
-        on = (a, b) in lit_edges
-        ax.annotate("", xy=(xb, yb), xytext=(xa, ya), zorder=1,
-                    arrowprops={"arrowstyle": "-|>", "color": LIT if on else DIM, "lw": 2.6 if on else 1.0,
-                                "shrinkA": 16, "shrinkB": 16, "connectionstyle": "arc3,rad=0.08"})
-        if label:
-            ax.text((xa + xb) / 2, (ya + yb) / 2, label, fontsize=8, color=LIT if on else "#636363",
-                    ha="center", va="center", backgroundcolor="white", zorder=2)
-    for node, (text, x, y, question) in NODES.items():
-        on = node in lit
-        box = FancyBboxPatch((x - 1.35, y - 0.38), 2.7, 0.76, zorder=3,
-                             boxstyle="round,pad=0.05" if not question else "sawtooth,pad=0.05",
-                             facecolor="#fdd0a2" if on else "white", edgecolor=LIT if on else "#636363",
-                             linewidth=2.0 if on else 1.0)
-        ax.add_patch(box)
-        ax.text(x, y, text, ha="center", va="center", fontsize=8.5, zorder=4,
-                fontweight="bold" if on else "normal")
-    ax.set_title(title or (plan.layout.label if isinstance(plan, Plan) else "how to choose a strategy"),
+    ax.text(0.1, 0.55, "question (in the seed's order)", fontsize=8.5, color=INK, va="center")
+    ax.text(4.85, 0.55, "the advisor's answer, computed from its plans", fontsize=8.5, color=INK, va="center")
+    for i, d in enumerate(rows):
+        y = -i
+        _box(ax, 0.0, y, 4.2, d.question, False, True)
+        if i + 1 < len(rows):
+            ax.annotate("", xy=(2.1, y - 0.69), xytext=(2.1, y - 0.33), zorder=1,
+                        arrowprops={"arrowstyle": "-|>", "color": INK, "lw": 1.0})
+        if d.answer is None and not d.evidence:
+            continue
+        ax.annotate("", xy=(4.75, y), xytext=(4.25, y), zorder=1,
+                    arrowprops={"arrowstyle": "-|>", "color": LIT if d.answer else DIM, "lw": 2.0 if d.answer else 1.0})
+        word = {True: "yes", False: "no", None: "-"}[d.answer]
+        _box(ax, 4.8, y, 7.2, f"{word}: {d.evidence}", bool(d.answer), False)
+    best = advice.best if advice is not None else None
+    ax.set_title(title or (f"the advisor's plan: {best.layout.label}" if best else "how to choose a strategy"),
                  fontsize=10)
     return fig
+
+
+_QUESTION_TEXT = ("does the model fit one GPU (plain data parallel)?", "do the model states fit with ZeRO-3?",
+                  "is there a valid plan with tp = pp = 1 (data parallel, ZeRO)?", *(c[1] for c in CHOICES))

@@ -46,9 +46,9 @@ class AdvisorPanel(Panel):
         rejected = ", ".join(f"{rule} {n}" for rule, n in a.reasons().items()) or "none"
         if a.best is None:
             text = f"no plan fits {self.model.value} on {self.gpus.value} x {self.gpu.value} (rejected: {rejected})"
-            return fit_html(False, text), [flow.draw(title="no feasible plan")]
+            return fit_html(False, text), [flow.draw(a, title="no feasible plan")]
         head = fit_html(True, f"best for {self.goal.value}: {a.best.layout.label}, {a.best.step_s:.2f} s a step, "
                               f"{a.best.memory_bytes / 1e9:.1f} GB per GPU (predicted)")
         table = html.escape(plans_table(a.kept[: self.top]))
         note = html.escape(f"{len(a.kept)} plans kept; rejected by the first rule broken: {rejected}")
-        return f"{head}<pre style='font-size:11px'>{table}\n{note}</pre>", [flow.draw(a.best)]
+        return f"{head}<pre style='font-size:11px'>{table}\n{note}</pre>", [flow.draw(a)]

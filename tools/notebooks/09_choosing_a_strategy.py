@@ -67,11 +67,15 @@ print(f"you said {predicted_best_single}; smallest memory per GPU: {smallest} "
 #
 # ## 3 · Break it, then search: GPT-3 on 1,024 A100s
 #
-# Megatron-LM trained GPT-3 175B on 1,024 A100-80GB with tensor parallel 8 inside each node,
-# a 16-stage pipeline across nodes and data parallel 8, global batch 1,536 (Narayanan et
-# al., SC 2021). Pure data parallelism would need every GPU to hold the whole model. The
-# advisor judges every combination of dp, tp, pp, ZeRO stage, recompute, offload,
-# precision and micro-batch that fills 1,024 GPUs (predicted):
+# Megatron-LM's example configuration for GPT-3 175B (the script
+# `examples/pretrain_gpt3_175B.sh` in NVIDIA/Megatron-LM) asks for 128 nodes of 8 GPUs:
+# tensor parallel 8 inside each node, a 16-stage pipeline across nodes, so data parallel 8,
+# micro-batch 1, global batch 1,536, sequences of 2,048, activation checkpointing (full
+# recompute). It is a configuration, not a published run: Narayanan et al. (SC 2021)
+# estimate 34 days for GPT-3 on 1,024 A100s without giving a layout, and their own 175B
+# runs use tensor 8 × pipeline 12. Pure data parallelism would need every GPU to hold the
+# whole model. The advisor judges every combination of dp, tp, pp, ZeRO stage, recompute,
+# offload, precision and micro-batch that fills 1,024 GPUs (predicted):
 
 # %%
 advice = search.advise("gpt3-175b", 1536, "A100-80GB", 1024, "fastest", seq=2048)
@@ -81,7 +85,7 @@ pure_dp = advice.find(dp=1024, tp=1, pp=1, zero_stage=0, recompute="none", offlo
 megatron = advice.find(dp=8, tp=8, pp=16, zero_stage=0, recompute="full", offload="none", micro_batch=1,
                        precision="bf16-mixed", optimizer_bits=32)
 print(f"\npure data parallel: rejected: {pure_dp.reason}")
-print(f"Megatron's layout: feasible {megatron.feasible}, {megatron.memory_bytes / 1e9:.1f} GB per GPU, "
+print(f"Megatron-LM's example configuration: feasible {megatron.feasible}, {megatron.memory_bytes / 1e9:.1f} GB per GPU, "
       f"{megatron.step_s:.2f} s a step")
 assert megatron.feasible and not pure_dp.feasible
 
@@ -93,22 +97,24 @@ assert megatron.feasible and not pure_dp.feasible
 #
 # ## 4 · The selection flow
 #
-# The seed's flow: fit first (data parallel; ZeRO when model states do not fit), tensor
-# parallel inside an NVLink node, a pipeline across slower links, then recompute, lower
-# precision, and offload when memory is still short and the links allow. The path the
-# advisor's best plan took is drawn in orange:
+# The seed's flow asks its questions in order: does the model fit one GPU; do its states fit
+# once ZeRO shards them; tensor parallel inside an NVLink node, a pipeline across slower
+# links, then recompute, offload and lower precision when memory is still short. The advisor
+# does not walk the flow: it judges every plan. So each question is answered from its search:
+# the fit questions from the bytes per GPU it computed, each choice by setting the best plan
+# that uses the technique beside the best one that does not (orange: yes).
 
 # %%
-print(flow.explain(advice.best))
-flow.draw(advice.best, title=f"GPT-3 on 1,024 A100s: {advice.best.layout.label}")
+print(flow.explain(advice))
+flow.draw(advice, title=f"GPT-3 on 1,024 A100s: {advice.best.layout.label}")
 
 # %% [markdown]
 # ## 5 · Capstone: propose a plan
 #
-# The task: GPT-3 175B, 300 B tokens, global batch 1,536, s = 2,048, on 1,024 A100-80GB,
+# The task: GPT-3 175B, 300 bn tokens, global batch 1,536, s = 2,048, on 1,024 A100-80GB,
 # a budget of $4.0 M at on-demand prices. Propose a plan (fields of `Layout`: dp, tp, pp,
 # micro_batch, zero_stage, recompute, offload, precision, optimizer_bits); the advisor grades it
-# against its best. Megatron's published layout is the example; try to beat it.
+# against its best. Megatron-LM's example configuration is filled in; try to beat it.
 
 # %%
 my_plan = {"dp": 8, "tp": 8, "pp": 16, "micro_batch": 1, "recompute": "full"}
