@@ -24,4 +24,21 @@ def one_f_one_b(rank: int, p: int, m: int) -> list[tuple[str, int]]:
     return order
 
 
-REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b}
+def atomic_save(state: dict, path) -> None:
+    """06.code.atomic_save: a temporary file beside the target, flushed to disk, renamed over it."""
+    import os
+    from pathlib import Path
+
+    import torch
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
+              "06.code.atomic_save": atomic_save}

@@ -57,3 +57,10 @@ def test_gpipe_order_fails_the_memory_bound_and_a_deadlock_is_named():
 
     fb = practice.check_code("02.code.one_f_one_b", one_forward_first)
     assert not fb and ("deadlock" in str(fb) or "bubble" in str(fb))
+
+
+def test_a_plain_torch_save_is_torn_by_the_kill():
+    import torch
+
+    fb = practice.check_code("06.code.atomic_save", lambda state, path: torch.save(state, path))
+    assert not fb and "does not load" in str(fb)
