@@ -40,5 +40,10 @@ def atomic_save(state: dict, path) -> None:
     os.replace(tmp, path)
 
 
+def mlp_shards(w1, w2, rank: int, t: int):
+    """03.code.mlp_shards: rows of w1 (column-parallel), columns of w2 (row-parallel), block ``rank`` of t."""
+    return w1.chunk(t, dim=0)[rank], w2.chunk(t, dim=1)[rank]
+
+
 REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
-              "06.code.atomic_save": atomic_save}
+              "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save}

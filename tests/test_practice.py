@@ -64,3 +64,8 @@ def test_a_plain_torch_save_is_torn_by_the_kill():
 
     fb = practice.check_code("06.code.atomic_save", lambda state, path: torch.save(state, path))
     assert not fb and "does not load" in str(fb)
+
+
+def test_splitting_the_first_linear_by_its_inputs_fails():
+    fb = practice.check_code("03.code.mlp_shards", lambda w1, w2, r, t: (w1.chunk(t, 1)[r], w2.chunk(t, 0)[r].T.T))
+    assert not fb and "FAIL" in str(fb)

@@ -1,0 +1,56 @@
+"""Notebook 03's coding exercise: split an MLP the way Megatron does, checked on real tensors.
+
+The learner writes ``mlp_shards(w1, w2, rank, t)`` returning rank ``rank``'s pieces of an
+``nn.Linear``-layout MLP (``w1``: [4h, h], ``w2``: [h, 4h]). The cases compute each rank's
+partial output ``GeLU(x @ w1_r.T) @ w2_r.T`` and add them up, which is exactly what the
+all-reduce after the row-parallel linear (Megatron's operator g; Shoeybi et al. 2019,
+section 3) returns on every rank; here the t ranks are computed one after another in one
+process, so the sum stands in for the all-reduce. The sum must equal the unsplit MLP, and
+each rank must hold 1/t of each weight. Splitting ``w1`` along its input dimension fails:
+GeLU is not linear, so partial pre-activations cannot be activated before they are summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from labkit.practice import Case, CodingExercise, register
+
+SIZES = ((2, 8), (4, 16), (8, 16))  # (t, h)
+
+
+def run(fn: Callable) -> list[Case]:
+    import torch
+    import torch.nn.functional as F
+
+    cases = []
+    for t, h in SIZES:
+        g = torch.Generator().manual_seed(t * 100 + h)
+        x = torch.randn(3, 5, h, generator=g, dtype=torch.float64)
+        w1 = torch.randn(4 * h, h, generator=g, dtype=torch.float64)
+        w2 = torch.randn(h, 4 * h, generator=g, dtype=torch.float64)
+        name = f"t={t}, h={h}"
+        try:
+            shards = [fn(w1, w2, r, t) for r in range(t)]
+            total = sum(F.gelu(x @ a.T) @ b.T for a, b in shards)
+        except NotImplementedError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+            continue
+        sizes_ok = all(a.numel() * t == w1.numel() and b.numel() * t == w2.numel() for a, b in shards)
+        same = torch.allclose(total, F.gelu(x @ w1.T) @ w2.T, rtol=1e-9, atol=1e-9)
+        detail = "" if same and sizes_ok else ("each rank must hold 1/t of w1 and of w2" if not sizes_ok else
+                                               "the summed partial outputs differ from the unsplit MLP")
+        cases.append(Case(name, same and sizes_ok, detail))
+    return cases
+
+
+register(CodingExercise(
+    "03.code.mlp_shards",
+    "Write mlp_shards(w1, w2, rank, t) -> (w1_part, w2_part): rank's share of an MLP y = GeLU(x w1^T) w2^T "
+    "(nn.Linear layout, w1 [4h, h], w2 [h, 4h]) so that the t partial outputs add up to y.",
+    run,
+    "The first linear must be split by its outputs (rows of w1 in nn.Linear layout: column-parallel), so GeLU "
+    "runs on whole values; the second by its inputs (columns of w2: row-parallel), so partial outputs add up.",
+))
