@@ -10,6 +10,8 @@ message that names the field and the allowed values.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import ipywidgets as w
 from IPython.display import display
@@ -22,12 +24,24 @@ from labkit.shapes import model_names, model_shape
 
 
 def verdict(est: MemoryEstimate) -> str:
-    """'fits, 12.3 GB to spare' or 'does not fit: short by 40.1 GB' (GB = 1e9 bytes)."""
+    """'fits, 12.3 GB to spare' or 'does not fit: short by 40.1 GB' (GB = 1e9 bytes; capacity also in GiB)."""
     total = est.per_device_bytes["total"] / 1e9
-    cap = f"{est.gpu} ({est.device_bytes / 1e9:.1f} GB)"
+    cap = f"{est.gpu} ({est.device_bytes / 1e9:.1f} GB = {est.device_bytes / 2**30:.1f} GiB)"
     if est.fits:
         return f"{total:.1f} GB per GPU: fits on {cap}, {est.headroom_bytes / 1e9:.1f} GB to spare"
     return f"{total:.1f} GB per GPU: does not fit on {cap}, short by {-est.headroom_bytes / 1e9:.1f} GB"
+
+
+@dataclass(frozen=True)
+class DesignTask:
+    """A goal for a panel and the check that says whether the panel's current setting meets it, and why not.
+
+    ``check(panel)`` returns (met, reason). A task is only fair if some setting of the panel
+    meets it: the tests find one programmatically for every task the lab sets.
+    """
+
+    goal: str
+    check: Callable[[Panel], tuple[bool, str]]
 
 
 class Panel:
@@ -36,16 +50,44 @@ class Panel:
     Subclasses build their controls, then call ``_wire(controls, columns)``; their
     ``compute()`` returns (message HTML, figures) or raises LabkitError, which the
     panel shows as a message in place of the figures (never a traceback).
+    ``set_task(task)`` adds the goal and a "Check my design" button under the controls.
     """
 
     STYLE = {"description_width": "110px"}
+    task: DesignTask | None = None
+
+    def set_task(self, task: DesignTask) -> Panel:
+        """Show ``task``'s goal and a button that checks the current setting against it; returns the panel."""
+        self.task = task
+        self.check_button = w.Button(description="Check my design", button_style="info")
+        self.task_result = w.HTML()
+        self.check_button.on_click(lambda _b: self.check_design())
+        goal = w.HTML(f"<b>Design task:</b> {html.escape(task.goal)}")
+        self.ui.children = (*self.ui.children[:1], goal, w.HBox([self.check_button, self.task_result]),
+                            *self.ui.children[1:])  # fmt: skip
+        return self
+
+    def check_design(self) -> tuple[bool, str]:
+        """Judge the current setting against the task; the verdict is shown beside the button and returned."""
+        if self.task is None:
+            raise LabkitError("task must be set first: panel.set_task(DesignTask(...))")
+        try:
+            met, reason = self.task.check(self)
+        except LabkitError as err:
+            met, reason = False, f"the current setting is not valid input: {err}"
+        from labkit.course import record
+
+        record("design", self.task.goal[:60], type(self).__name__, met, "" if met else reason)
+        self.task_result.value = fit_html(met, ("Goal met: " if met else "Not yet: ") + reason)
+        return met, reason
 
     def _wire(self, controls: list[w.Widget], columns: int = 2) -> None:
         self.message = w.HTML()
         self.output = w.Output()
         self.figures: list[Figure] = []
+        self._held = False
         for c in controls:
-            c.observe(lambda _change: self.update(), names="value")
+            c.observe(lambda _change: None if self._held else self.update(), names="value")
         per = -(-len(controls) // columns)
         cols = [w.VBox(controls[i : i + per]) for i in range(0, len(controls), per)]
         self.ui = w.VBox([w.HBox(cols), self.message, self.output])
@@ -53,6 +95,16 @@ class Panel:
 
     def compute(self) -> tuple[str, list[Figure]]:
         raise NotImplementedError
+
+    def set_values(self, **values: object) -> bool:
+        """Set several controls at once and redraw once (a search over settings, or a test)."""
+        self._held = True
+        try:
+            for name, value in values.items():
+                getattr(self, name).value = value
+        finally:
+            self._held = False
+        return self.update()
 
     def update(self) -> bool:
         """Recompute and redraw; on bad input show the message that names the field. True when it drew."""

@@ -1,0 +1,70 @@
+"""Design tasks for the notebooks' panels: a goal, a check of the panel's current setting, and a proof it is solvable.
+
+Each task is a :class:`labkit.widgets.DesignTask` made for one panel (``task(key)``) and a
+small grid of control settings (``SEARCH[key]``) over which :func:`find_solution` looks for
+a setting that meets it, so a test can show every task the lab sets has an answer on its
+own panel. The check names what is still missing, never just "no".
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from labkit.errors import require_choice
+from labkit.widgets import DesignTask, Panel
+
+GiB = 2**30
+
+
+def _memory_check(panel: Panel) -> tuple[bool, str]:
+    est = panel.estimate
+    if est is None:
+        return False, "the panel has no valid estimate: fix the input it names"
+    wants = {"model is llama2-7b": panel.model.value == "llama2-7b", "sequence is 2048": panel.seq.value == 2048,
+             "GPU is the RTX-4090": panel.gpu.value == "RTX-4090", "at most 8 GPUs": panel.dp.value <= 8}
+    missing = [k for k, ok in wants.items() if not ok]
+    if missing:
+        return False, "the task asks for: " + ", ".join(missing)
+    spare = est.headroom_bytes / GiB
+    if spare < 2:
+        return False, f"{spare:.1f} GiB to spare; the task asks for at least 2 GiB (room for the allocator's reserve)"
+    return True, f"{spare:.1f} GiB to spare per GPU with {panel.dp.value} GPU(s)"
+
+
+def _memory_panel() -> Panel:
+    from labkit.widgets import MemoryPanel
+
+    return MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
+
+
+TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Panel]]] = {
+    "01": ("Train Llama-2 7B at sequence 2048 on RTX 4090s (24 GiB each): find a setting that fits with at least "
+           "2 GiB to spare on each card, using at most 8 cards.", _memory_check, _memory_panel),
+}
+
+SEARCH: dict[str, dict[str, list]] = {
+    "01": {"precision": ["bf16-mixed", "fp32"], "recompute": ["none", "selective", "full"],
+           "zero_stage": [0, 1, 2, 3], "dp": [1, 2, 4, 8], "micro_batch": [1]},
+}
+
+
+def task(key: str) -> DesignTask:
+    """The design task of notebook ``key`` ("01", ...), ready for ``panel.set_task``."""
+    require_choice("design task", key, TASKS)
+    goal, check, _ = TASKS[key]
+    return DesignTask(goal, check)
+
+
+def find_solution(key: str) -> dict | None:
+    """The first setting of ``SEARCH[key]`` that meets task ``key`` on a fresh panel, or None."""
+    require_choice("design task", key, TASKS)
+    goal, check, make = TASKS[key]
+    panel = make()
+    grid = SEARCH[key]
+    for values in itertools.product(*grid.values()):
+        setting = dict(zip(grid, values, strict=True))
+        panel.set_values(**setting)
+        if check(panel)[0]:
+            return setting
+    return None
