@@ -63,8 +63,8 @@ def test_human_output_is_a_table_in_gb(capsys):
     assert main(["estimate", "--model", "gpt3-175b", "--gpu", "h100"]) == 0
     text = capsys.readouterr().out
     assert "GB = 1e9 bytes" in text
-    assert "174.6 B parameters" in text
-    assert "does not fit on H100-SXM (79.6 GiB = 85.5 GB)" in text
+    assert "174.6 bn parameters" in text  # "B" is for bytes
+    assert "does not fit on H100-SXM (true capacity: 79.6 GiB = 85.5 GB)" in text
     for category in ("parameters", "gradients", "optimizer", "activations", "total"):
         assert category in text
     assert "% of the total" in text
@@ -72,7 +72,7 @@ def test_human_output_is_a_table_in_gb(capsys):
 
 def test_human_output_says_when_it_fits(capsys):
     assert main(["estimate", "--model", "gpt2", "--gpu", "H200"]) == 0
-    assert "fits on H200 (140.4 GiB = 150.8 GB): yes" in capsys.readouterr().out
+    assert "fits on H200 (true capacity: 140.4 GiB = 150.8 GB): yes" in capsys.readouterr().out
 
 
 BAD = [
@@ -184,3 +184,80 @@ def test_advise_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [captured.err.strip()] and captured.err.startswith("labkit: error: ")
     assert message in captured.err and captured.out == ""
+
+
+T5 = ["estimate", "--params", "2851e6", "--convention", "deepspeed", "--gpus-per-node", "8", "--nodes", "1"]
+
+
+@pytest.mark.parametrize(("flags", "gpu_gib", "host_gib"), [
+    (["--zero", "3", "--largest-layer", "32e6"], 6.09, 1.43),
+    (["--zero", "3", "--largest-layer", "32e6", "--offload-optimizer", "cpu"], 0.78, 63.72),
+    (["--zero", "3", "--largest-layer", "32e6", "--offload-optimizer", "cpu", "--offload-param", "cpu"], 0.12, 71.69),
+    (["--zero", "2", "--offload-optimizer", "cpu"], 5.31, 127.45),
+])  # fmt: skip
+def test_deepspeed_convention_reproduces_its_t5_3b_estimates(capsys, flags, gpu_gib, host_gib):
+    """DeepSpeed's docs (memory.rst): t5-3b, 2851M params, 32M largest layer, 1 node x 8 GPUs (GiB printed as GB)."""
+    out = run_json(capsys, *T5, *flags)
+    assert out["units"] == "GiB" and out["convention"] == "deepspeed"
+    assert round(out["per_device_bytes"]["total"] / 2**30, 2) == gpu_gib
+    assert round(out["host_bytes_per_node"] / 2**30, 2) == host_gib
+    assert main([*T5, *flags]) == 0
+    assert f"{gpu_gib:.2f}" in capsys.readouterr().out
+
+
+def test_conventions_differ_by_the_fp32_gradients(capsys):
+    zero = run_json(capsys, "estimate", "--params", "1e9", "--zero", "3", "--dp", "1")
+    deep = run_json(capsys, "estimate", "--params", "1e9", "--zero", "3", "--dp", "1", "--convention", "deepspeed",
+                    "--largest-layer", "1000")
+    assert zero["per_device_bytes"]["total"] == 16e9 and zero["units"] == "GB"
+    assert deep["per_device_bytes"]["total"] == 18e9 + 4000 and deep["per_device_bytes"]["gather_buffer"] == 4000
+
+
+def test_largest_reproduces_zero_table2(capsys):
+    from labkit.references import zero_table2
+
+    for row in zero_table2():
+        for stage, printed in enumerate(row.params):
+            out = run_json(capsys, "estimate", "--largest", "--gpu", "V100-32GB", "--capacity", "nominal",
+                           "--zero", str(stage), "--dp", str(row.dp), "--tp", str(row.mp))
+            assert out["capacity_bytes"] == 32e9 and out["counts"] == "model states only"
+            assert out["largest_params"] == pytest.approx(printed, rel=0.025), (row.mp, stage)
+    true = run_json(capsys, "estimate", "--largest", "--gpu", "V100-32GB", "--zero", "0")
+    assert true["largest_params"] == 32 * 2**30 // 16  # the true capacity: 32 GiB
+
+
+def test_largest_unbounded_when_everything_is_offloaded(capsys):
+    out = run_json(capsys, "estimate", "--largest", "--gpu", "A100-80GB", "--zero", "3", "--dp", "8",
+                   "--offload-optimizer", "cpu", "--offload-param", "cpu")
+    assert out["largest_params"] is None and out["bounded"] is False
+
+
+BAD_CONVENTION = [
+    (["--params", "1e9", "--convention", "megatron"], "--convention must be one of zero, deepspeed (got 'megatron')"),
+    (["--params", "1e9", "--zero", "2", "--offload-optimizer", "nvme"], "--offload-optimizer must be one of none, cpu"),
+    (["--params", "1e9", "--zero", "3", "--offload-param", "gpu"], "--offload-param must be one of none, cpu"),
+    (["--params", "1e9", "--zero", "2", "--offload-optimizer", "cpu", "--offload-param", "cpu"],
+     "--offload-param cpu needs --zero 3 and --offload-optimizer cpu"),
+    (["--params", "1e9", "--offload-optimizer", "cpu"], "--offload-optimizer and --offload-param need --zero 1"),
+    (["--params", "1e9", "--units", "MB"], "--units must be one of GB, GiB (got 'MB')"),
+    (["--params", "1e9", "--nodes", "0"], "nodes must be a positive integer"),
+    (["--params", "1e9", "--gpus-per-node", "-8"], "gpus-per-node must be a positive integer"),
+    (["--params", "1e9", "--largest-layer", "0"], "largest-layer must be a positive integer"),
+    (["--params", "1e9", "--nodes", "2", "--gpus-per-node", "8", "--dp", "4"], "--dp must be nodes x gpus-per-node"),
+    (["--params", "1e9", "--nodes", "1", "--gpus-per-node", "8", "--tp", "3"], "--dp must be nodes x gpus-per-node"),
+    (["--params", "1e9", "--zero-init", "yes"], "--zero-init must be one of 1, 0"),
+    (["--params", "1e9", "--zero", "3", "--convention", "deepspeed"], "largest_layer must be given"),
+    (["--params", "1e9", "--convention", "deepspeed", "--precision", "fp32"], "precision must be one of bf16-mixed"),
+    (["--largest", "--zero", "1"], "gpu must be given with --largest"),
+    (["--largest", "--gpu", "V100-32GB", "--model", "gpt2"], "give --largest without --model"),
+    (["--largest", "--gpu", "V100-32GB", "--capacity", "marketing"], "--capacity must be one of true, nominal"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_CONVENTION, ids=[" ".join(a) for a, _ in BAD_CONVENTION])
+def test_bad_convention_flags_are_one_line_and_exit_2(capsys, argv, message):
+    assert main(["estimate", *argv]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("labkit: error: ") and message in lines[0], captured.err
+    assert captured.out == ""
