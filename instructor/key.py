@@ -45,5 +45,13 @@ def mlp_shards(w1, w2, rank: int, t: int):
     return w1.chunk(t, dim=0)[rank], w2.chunk(t, dim=1)[rank]
 
 
+def evict(resident: set[int], future: list[int]) -> int:
+    """08.code.evict: Belady's MIN, the block whose next use is furthest away."""
+    def next_use(b: int) -> int:
+        return future.index(b) if b in future else len(future)
+
+    return max(sorted(resident), key=next_use)
+
+
 REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
-              "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save}
+              "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save, "08.code.evict": evict}

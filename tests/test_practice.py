@@ -69,3 +69,15 @@ def test_a_plain_torch_save_is_torn_by_the_kill():
 def test_splitting_the_first_linear_by_its_inputs_fails():
     fb = practice.check_code("03.code.mlp_shards", lambda w1, w2, r, t: (w1.chunk(t, 1)[r], w2.chunk(t, 0)[r].T.T))
     assert not fb and "FAIL" in str(fb)
+
+
+def test_lru_misses_more_than_the_optimum_on_a_real_trace():
+    from labkit.practice import eviction
+
+    seq = eviction.accesses()
+
+    def lru(resident, future, seen=seq):
+        return min(resident, key=lambda b: max(i for i, x in enumerate(seen[: len(seen) - len(future)]) if x == b))
+
+    fb = practice.check_code("08.code.evict", lru)
+    assert not fb and "the optimum is" in str(fb)

@@ -80,4 +80,4 @@ def safely(name: str, call: Callable[[], object], expected: object, same: Callab
 
 
 def _load() -> None:
-    from labkit.practice import checkpoint, pipeline, storage, tensor_parallel  # noqa: F401 - registers them
+    from labkit.practice import checkpoint, eviction, pipeline, storage, tensor_parallel  # noqa: F401 - registers
