@@ -169,3 +169,44 @@ def deepspeed_zero2_documented_bytes(params: float, gpus: int) -> float:
 def in_units(n_bytes: float, units: str) -> float:
     """Bytes in GB (1e9) or GiB (2**30)."""
     return n_bytes / UNITS[require_choice("units", units, UNITS)]
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One row of DeepSpeed's t5-3b estimate: labkit's figures beside the documented ones (GiB)."""
+
+    label: str
+    gpu_gib: float
+    host_gib: float
+    published_gpu_gib: float
+    published_host_gib: float
+
+
+_T5_SETUPS = {  # (zero stage, offload_optimizer, offload_param) of each documented row
+    "ZeRO-3": (3, "none", "none"), "ZeRO-3, offload optimizer": (3, "cpu", "none"),
+    "ZeRO-3, offload optimizer and parameters": (3, "cpu", "cpu"), "ZeRO-2, offload optimizer": (2, "cpu", "none"),
+}
+
+
+def deepspeed_t5_3b() -> list[PublishedRow]:
+    """DeepSpeed's published t5-3b estimates (``references.toml``) recomputed under the ``deepspeed`` convention."""
+    from labkit.references import section
+
+    ref = section("deepspeed_t5_3b")
+    out = []
+    for label, gpu, host in zip(ref["rows"], ref["gpu_gib"], ref["host_gib"], strict=True):
+        stage, opt, par = require_choice("row", label, _T5_SETUPS) and _T5_SETUPS[label]
+        setup = StateSetup(int(ref["params"]), stage, int(ref["gpus_per_node"] * ref["nodes"]), 1,
+                           int(ref["gpus_per_node"]), opt, par, int(ref["largest_layer"]))
+        st = model_states(setup, "deepspeed")
+        out.append(PublishedRow(label, in_units(st.total, "GiB"), in_units(st.host_per_node, "GiB"), gpu, host))
+    return out
+
+
+def published_table(rows: list[PublishedRow]) -> str:
+    """The t5-3b rows as text: labkit beside DeepSpeed's documentation, GiB per GPU and per node."""
+    from labkit.tables import text_table
+
+    body = [[r.label, f"{r.gpu_gib:.2f}", f"{r.published_gpu_gib:.2f}", f"{r.host_gib:.2f}",
+             f"{r.published_host_gib:.2f}"] for r in rows]
+    return text_table(["DeepSpeed setting (t5-3b, 8 GPUs)", "GiB/GPU", "docs", "GiB/node (host)", "docs"], body)

@@ -86,3 +86,13 @@ def test_deepspeed_counts_at_least_zero_and_offload_only_shrinks_the_gpu(p, stag
     assert deep.total >= zero.total
     plain = model_states(StateSetup(p, stage, dp, largest_layer=layer), "deepspeed")
     assert deep.total <= plain.total and deep.host_per_node >= 0
+
+
+def test_published_rows_from_the_references_file():
+    from labkit.conventions import deepspeed_t5_3b, published_table
+
+    rows = deepspeed_t5_3b()
+    assert len(rows) == 4
+    for r in rows:
+        assert round(r.gpu_gib, 2) == r.published_gpu_gib and round(r.host_gib, 2) == r.published_host_gib, r.label
+    assert "71.69" in published_table(rows)

@@ -10,7 +10,7 @@
 # checked against measurements, and searches the combinations for a cluster you pick.
 
 # %%
-from labkit import checks
+from labkit import checks, conventions, hardware, largest, references
 from labkit.advisor import capstone, flow, search, summary
 from labkit.advisor import exercises as _exercises  # noqa: F401  (registers the 09.* exercises)
 from labkit.advisor.report import advice_text
@@ -39,9 +39,9 @@ print(comparison)
 assert comparison.worst_error < 0.02
 
 # %% [markdown]
-# Model states agree byte for byte; the activations' 0.36% are small tensors Korthikanti et
-# al.'s formula rounds away (each LayerNorm's mean and 1/σ, position ids, the loss); notebooks
-# 01 and 05 account for them term by term.
+# Model states agree byte for byte; the activations differ by a fraction of a per cent, small
+# tensors Korthikanti et al.'s formula rounds away (each LayerNorm's mean and 1/σ, position
+# ids, the loss); notebooks 01 and 05 account for them term by term.
 #
 # ## 2 · The summary table
 #
@@ -65,7 +65,56 @@ print(f"you said {predicted_best_single}; smallest memory per GPU: {smallest} "
 # %% [markdown]
 # No single technique fits GPT-3 on 80 GB GPUs with 8 of them; combinations on many GPUs do.
 #
-# ## 3 · Break it, then search: GPT-3 on 1,024 A100s
+# ## 3 · Whose gigabytes? Capacity and bytes per parameter
+#
+# Two conventions sit under every figure here. **Capacity**: a GPU sold as "80 GB" holds
+# 80 GiB (2³⁰ bytes each). The catalogue keeps the true capacity in bytes, which every fit
+# verdict in the lab uses, and the marketed figure × 1e9 for published tables that used it.
+# Sizes print in GB = 1e9 bytes unless a line says GiB.
+
+# %%
+for name in ("A100-80GB", "V100-32GB"):
+    dev = hardware.gpu(name)
+    print(f"{dev.name}: true capacity {dev.memory_bytes:,} bytes = {dev.memory_bytes / 2**30:.0f} GiB "
+          f"= {dev.memory_bytes / 1e9:.1f} GB; marketed figure x 1e9 = {dev.memory_nominal_bytes:,} bytes")
+
+# %% [markdown]
+# **Bytes per parameter**: ZeRO counts 16 bytes per parameter for mixed-precision Adam
+# (16-bit weights and gradients, fp32 master weights, momentum and variance); DeepSpeed's
+# estimators also count fp32 gradients (18 bytes partitioned), add a gather buffer of
+# 4 bytes × the largest layer at ZeRO-3, and print GiB labelled "GB". `labkit estimate`
+# takes either as `--convention zero|deepspeed` (`labkit.conventions`).
+#
+# ZeRO's Table 2 gives the largest model each stage fits on 32 GB V100s, counting model
+# states only. `labkit estimate --largest` answers the same question; under ZeRO's own
+# convention (16 B/param, the marketed 32 GB read as 32e9 bytes, data parallel 64 and model
+# parallel MP) it gives each cell below, with the paper's printed value in brackets:
+
+# %%
+table2 = largest.zero_table2_reproduced("V100-32GB")
+print(largest.table2_text(table2))
+assert max(r.worst_error for r in table2) < 0.025
+
+# %% [markdown]
+# The paper rounds: its stage-1 and stage-2 columns are MP times the rounded 64-GPU figure,
+# and its "0.5T / 1T / 2T" are 512, 1,024 and 2,048 bn, which is where the last column's
+# differences come from. Under DeepSpeed's convention the same calculator gives DeepSpeed's
+# documented estimates for t5-3b on one node of 8 GPUs (GiB, host memory per node):
+
+# %%
+print(conventions.published_table(conventions.deepspeed_t5_3b()))
+t5 = references.section("deepspeed_t5_3b")
+old_rule = conventions.deepspeed_zero2_documented_bytes(t5["params"], 8) / 2**30
+new_rule = conventions.model_states(conventions.StateSetup(int(t5["params"]), 2, 8, 1, 8), "deepspeed").total / 2**30
+print(f"ZeRO-2 without offload: the documentation prints {t5['zero2_no_offload_gib']:.2f}; "
+      f"4P + 16P/N gives {old_rule:.2f}, the estimator in stage_1_and_2.py today (2P + 18P/N) {new_rule:.2f} GiB")
+
+# %% [markdown]
+# The documentation's ZeRO-2 row without offload came from an earlier form of the estimator,
+# which kept the 16-bit gradients whole on every GPU (what ZeRO stage 1 holds); the current
+# estimator partitions them.
+#
+# ## 4 · Break it, then search: GPT-3 on 1,024 A100s
 #
 # Megatron-LM's example configuration for GPT-3 175B (the script
 # `examples/pretrain_gpt3_175B.sh` in NVIDIA/Megatron-LM) asks for 128 nodes of 8 GPUs:
@@ -85,8 +134,8 @@ pure_dp = advice.find(dp=1024, tp=1, pp=1, zero_stage=0, recompute="none", offlo
 megatron = advice.find(dp=8, tp=8, pp=16, zero_stage=0, recompute="full", offload="none", micro_batch=1,
                        precision="bf16-mixed", optimizer_bits=32)
 print(f"\npure data parallel: rejected: {pure_dp.reason}")
-print(f"Megatron-LM's example configuration: feasible {megatron.feasible}, {megatron.memory_bytes / 1e9:.1f} GB per GPU, "
-      f"{megatron.step_s:.2f} s a step")
+print(f"Megatron-LM's example configuration: feasible {megatron.feasible}, "
+      f"{megatron.memory_bytes / 1e9:.1f} GB per GPU, {megatron.step_s:.2f} s a step")
 assert megatron.feasible and not pure_dp.feasible
 
 # %% [markdown]
@@ -95,7 +144,7 @@ assert megatron.feasible and not pure_dp.feasible
 # NVLink, the data-parallel all-reduce over InfiniBand partly hidden behind backward. It is
 # an assumption-laden ranking, not a benchmark: plans within a few per cent are ties.
 #
-# ## 4 · The selection flow
+# ## 5 · The selection flow
 #
 # The seed's flow asks its questions in order: does the model fit one GPU; do its states fit
 # once ZeRO shards them; tensor parallel inside an NVLink node, a pipeline across slower
@@ -109,7 +158,7 @@ print(flow.explain(advice))
 flow.draw(advice, title=f"GPT-3 on 1,024 A100s: {advice.best.layout.label}")
 
 # %% [markdown]
-# ## 5 · Capstone: propose a plan
+# ## 6 · Capstone: propose a plan
 #
 # The task: GPT-3 175B, 300 bn tokens, global batch 1,536, s = 2,048, on 1,024 A100-80GB,
 # a budget of $4.0 M at on-demand prices. Propose a plan (fields of `Layout`: dp, tp, pp,
@@ -123,7 +172,7 @@ my_plan = {"dp": 8, "tp": 8, "pp": 16, "micro_batch": 1, "recompute": "full"}
 capstone.grade(my_plan)
 
 # %% [markdown]
-# ## 6 · Design: your model, your cluster
+# ## 7 · Design: your model, your cluster
 #
 # Change the model, the GPU and its count, the batch and the goal, and read the advisor's
 # ranked plans and the reasons it rejected the rest (predicted). Try Llama-2 70B on 64
@@ -138,7 +187,7 @@ AdvisorPanel()
 # The same from a terminal: `labkit advise --model llama2-70b --gpu H100-SXM --gpus 64
 # --batch 512 --seq 4096 --goal greenest --json`.
 #
-# ## 7 · Check yourself
+# ## 8 · Check yourself
 
 # %%
 checks.check("09.pure_dp_gb", None)
