@@ -61,8 +61,8 @@ def test_missing_file_is_named(tmp_path):
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINED_TABLE1 = re.compile(r"trained\W.{0,300}?Table\s*1|Table\s*1\W.{0,300}?\btrained\b", re.IGNORECASE | re.DOTALL)
-MEGATRON_TABLE1 = re.compile(r"(pp\s*=?\s*16|pipeline (p\s*=\s*)?16|16-stage).{0,300}?Table\s*1",
-                             re.IGNORECASE | re.DOTALL)
+MEGATRON_TABLE1 = re.compile(r"(GPT-3|175\s*B).{0,200}?(pp\s*=?\s*16|pipeline (p\s*=\s*)?16|16-stage)"
+                             r".{0,300}?Table\s*1", re.IGNORECASE | re.DOTALL)
 TRAINED_ON_1024 = re.compile(r"trained GPT-3\W.{0,60}?1,?024", re.IGNORECASE | re.DOTALL)
 
 
