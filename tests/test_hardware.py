@@ -83,10 +83,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_every_required_entry_loads(cat: hw.Catalogue) -> None:
     assert cat.gpu_names() == GPUS
-    assert cat.tier_names() == TIERS
+    assert set(TIERS) <= set(cat.tier_names())  # other drives may be added beside these
     assert cat.link_names() == LINKS
     assert cat.tier_names("dram") == ["DDR4-3200", "DDR5-4800"]
-    assert cat.tier_names("ssd") == ["NVMe-PCIe4", "NVMe-PCIe5"]
+    assert {"NVMe-PCIe4", "NVMe-PCIe5"} <= set(cat.tier_names("ssd"))
     assert cat.tier_names("hdd") == ["HDD-7200rpm"]
 
 

@@ -1,34 +1,20 @@
-"""One layout on one cluster: memory per GPU, step time, dollars and carbon, from the validated models.
+"""One layout on one machine: memory per GPU, step time, dollars and carbon, from the validated models.
 
 Memory is ``labkit.estimate.estimate_memory`` (ZeRO, SC 2020; Korthikanti et al. 2022; 1F1B
-keeps p micro-batches, Narayanan et al. 2021), with three changes it does not model itself:
-8-bit Adam moments (``reduction.design.optimizer_state_bytes``, Dettmers et al., ICLR 2022),
-ZeRO-Offload (Ren et al., ATC 2021: the GPU keeps 16-bit parameters, gradients and optimizer
-states go to host DRAM, ``economics.strategies.HOST_STATE_BYTES`` per parameter) and
-ZeRO-Infinity (Rajbhandari et al., SC 2021: all states on NVMe, two layers of 16-bit weights
-in flight on the GPU). A GPU holds ``usable_fraction`` of its memory (an assumption, as in
-``economics.strategies``).
+keeps p micro-batches and the interleaved schedule a little more, Narayanan et al. 2021), with
+two changes it does not model itself: 8-bit Adam moments (``reduction.design.optimizer_state_bytes``,
+Dettmers et al., ICLR 2022) and offload, whose bytes come from ``labkit.offload_model``, the one
+source the economics and offload modules use too (``OFFLOAD_MODELS``): ZeRO-Offload on ZeRO-2
+(Ren et al., ATC 2021), the same host side on ZeRO-3 (DeepSpeed's ``offload_optimizer`` with
+stage 3), and ZeRO-Infinity on ZeRO-3 (Rajbhandari et al., SC 2021: every state on NVMe, two
+layers of 16-bit weights in flight on the GPU).
 
-Step time = compute + pipeline bubble + tensor-parallel collectives + pipeline sends +
-exposed data-parallel traffic + offload transfers, where
-
-* compute = training FLOPs (``estimate.training_flops``, recompute included) / (GPUs x peak x
-  efficiency); efficiency is ``inter_layer.scale.DEFAULT_EFFICIENCY`` (Megatron-LM ran GPT-3
-  class models at about half the A100's peak, SC 2021), an assumption;
-* bubble = compute x (p-1)/m (``sim.bubble_fraction``, GPipe and Narayanan et al.);
-* tensor parallel: Megatron's two all-reduces per block, forward and backward, for attention and
-  MLP (``intra_layer.costs.comm_seconds``, ring over the node's NVLink), not overlapped; sequence
-  parallelism moves the same bytes (Korthikanti et al. 2022, 4.2.2); full recompute repeats the
-  forward ones;
-* data parallel: ZeRO's 2 Psi (3 Psi at stage 3, per micro-batch) elements as a ring
-  (``inter_layer.scale.zero_step_seconds``), overlapped with the last micro-batch's backward
-  (with all compute at stage 3, whose gathers are prefetched): an assumption;
-* offload: 4 bytes per parameter over PCIe and Adam on the CPU at DRAM bandwidth for ZeRO-Offload,
-  ZeRO-Infinity's NVMe reads and writes (``economics.strategies.DEFAULT_TRAFFIC``, with the 16-bit
-  parameters streamed again for each micro-batch), not overlapped: a conservative bound.
-
-Money is GPU-hours at the catalogue's cloud price (``economics.capital``); energy and carbon are
-``economics.energy.step_energy`` times the site's PUE and the grid's intensity (``economics.grid``).
+Step time is ``steptime`` (kernels from a roofline of the shapes, the schedule's bubble, each
+collective once with the overlap the real systems achieve, Adam, offload traffic). Money is
+GPU-hours at the catalogue's cloud price where it has one (rented), else the purchase price
+amortised (owned, ``economics.capital``); energy and carbon are ``economics.energy.step_energy``
+times the site's PUE and the grid's intensity (``economics.grid``), or unknown, with the reason,
+for a GPU without energy figures.
 """
 
 from __future__ import annotations
@@ -38,70 +24,40 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from labkit import hardware
-from labkit.economics import capital, energy, grid, strategies
+from labkit import offload_model as om
+from labkit.advisor import steptime
+from labkit.advisor.machine import DEFAULT_HEADROOM, Machine, machine
+from labkit.economics import capital, energy, grid
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import PRECISIONS, RECOMPUTE, TrainingSetup, estimate_memory, training_flops
-from labkit.hardware import GB, Cluster, Host, Tier, transfer_time
-from labkit.inter_layer.scale import DEFAULT_EFFICIENCY, zero_step_seconds
-from labkit.intra_layer.costs import comm_seconds
+from labkit.estimate import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
+from labkit.hardware import GB, transfer_time
 from labkit.reduction.design import optimizer_state_bytes
 from labkit.shapes import ModelShape
-from labkit.sim import bubble_fraction
+
+__all__ = ["DEFAULT_HEADROOM", "GOALS", "OFFLOADS", "OFFLOAD_MODELS", "OFFLOAD_STAGE", "TIMES", "Layout", "Machine",
+           "Plan", "machine", "memory", "offload_model", "price", "step_times"]
 
 OFFLOADS = ("none", "dram", "nvme")
-OFFLOAD_STAGE = {"dram": 2, "nvme": 3}  # ZeRO-Offload runs on ZeRO-2, ZeRO-Infinity on ZeRO-3
+OFFLOAD_MODELS = {"dram": om.ZERO_OFFLOAD, "nvme": om.ZERO_INFINITY}
+OFFLOAD_STAGE = {"dram": 2, "nvme": 3}  # the stage each offload is published on (ZeRO-3 + DRAM also allowed)
 PLAN_PRECISIONS = ("bf16-mixed", "fp32")  # fp16-mixed holds and moves the same bytes as bf16-mixed
 OPTIMIZER_BITS = (32, 8)
-TIMES = ("compute", "bubble", "tp", "pp", "dp", "offload")
+TIMES = steptime.TIMES
 
 
-@dataclass(frozen=True)
-class Machine:
-    """A cluster and what sits beside its GPUs: the host CPUs, their DRAM, the NVMe drives, the grid."""
-
-    cluster: Cluster
-    host: Host
-    dram: Tier
-    ssd: Tier
-    ssds_per_server: int = strategies.SSDS_PER_SERVER
-    efficiency: float = DEFAULT_EFFICIENCY
-    usable_fraction: float = strategies.USABLE_FRACTION
-    region: str = "world"
-    pue: str = "industry-average"
-
-    @property
-    def usable_bytes(self) -> float:
-        return self.cluster.device.memory_bytes * self.usable_fraction
-
-
-def machine(gpu: str, gpus: int, gpus_per_node: int = 8, inter_node: str | None = None, host: str | None = None,
-            dram: str | None = None, ssd: str = "NVMe-PCIe4", efficiency: float = DEFAULT_EFFICIENCY,
-            region: str = "world") -> Machine:
-    """``gpus`` GPUs of the catalogue in nodes of ``gpus_per_node``; defaults follow the GPU's generation.
-
-    A PCIe 5 GPU gets a DGX H100 host (DDR5, NDR InfiniBand), others a DGX A100 host (DDR4, HDR).
-    """
-    require_positive("gpus", gpus)
-    require_positive("gpus_per_node", gpus_per_node)
-    if not 0 < efficiency <= 1:
-        raise LabkitError(f"efficiency must be a number in (0, 1] (got {efficiency!r})")
-    cat = hardware.load_catalogue()
-    dev = cat.gpu(gpu)
-    new = dev.pcie == "pcie5-x16"
-    node = min(gpus, gpus_per_node)
-    if gpus % node:
-        raise LabkitError(f"gpus must be a multiple of gpus_per_node={gpus_per_node} (got {gpus})")
-    inter = inter_node or ("ib-ndr" if new else "ib-hdr")
-    cl = hardware.cluster(dev.name, node, gpus // node, inter, cat)
-    grid.region(region)
-    return Machine(cl, cat.host(host or ("dgx-h100-host" if new else "dgx-a100-host")),
-                   cat.tier(dram or ("DDR5-4800" if new else "DDR4-3200")), cat.tier(ssd), efficiency=efficiency,
-                   region=region)
+def offload_model(offload: str, zero_stage: int) -> om.OffloadModel | None:
+    """The ``labkit.offload_model`` strategy a layout's offload runs (None without offload)."""
+    if offload == "none":
+        return None
+    if offload == "dram" and zero_stage == 3:
+        return om.ZERO3_CPU_OFFLOAD  # DeepSpeed's offload_optimizer on stage 3
+    return OFFLOAD_MODELS[offload]
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How one step is spread: degrees, micro-batch, ZeRO stage, recompute, offload, precision, Adam's bits."""
+    """How one step is spread: degrees, micro-batch, ZeRO stage, recompute, offload, precision, Adam's bits,
+    the pipeline schedule with its model chunks per GPU (v), sequence parallelism and the attention kernel."""
 
     dp: int
     tp: int
@@ -112,32 +68,44 @@ class Layout:
     offload: str = "none"
     precision: str = "bf16-mixed"
     optimizer_bits: int = 32
+    schedule: str = "1f1b"
+    chunks: int = 1
+    sp: bool = True  # sequence parallelism whenever tp > 1 (it saves memory and moves no extra bytes)
+    attention: str = "explicit"  # "fused": FlashAttention, no s x s matrix in HBM
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batch"):
+        for name in ("dp", "tp", "pp", "micro_batch", "chunks"):
             require_positive(name, getattr(self, name))
         require_choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_choice("offload", self.offload, OFFLOADS)
         require_choice("precision", self.precision, PLAN_PRECISIONS)
         require_choice("optimizer_bits", self.optimizer_bits, OPTIMIZER_BITS)
+        require_choice("schedule", self.schedule, SCHEDULES)
+        require_choice("attention", self.attention, ATTENTION)
+        if self.chunks > 1 and self.schedule != "interleaved":
+            raise LabkitError(f"chunks must be 1 unless schedule is interleaved (got chunks={self.chunks} with "
+                              f"schedule {self.schedule})")
 
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
 
     @property
-    def sp(self) -> bool:
-        """Sequence parallelism whenever tp > 1: it saves memory and moves no extra bytes."""
-        return self.tp > 1
+    def seq_parallel(self) -> bool:
+        return self.sp and self.tp > 1
 
     @property
     def label(self) -> str:
         parts = [f"dp{self.dp} tp{self.tp} pp{self.pp} b{self.micro_batch}", f"ZeRO-{self.zero_stage}"]
+        parts += [f"interleaved v{self.chunks}"] if self.schedule == "interleaved" else []
+        parts += ["GPipe"] if self.schedule == "gpipe" else []
         parts += [f"recompute {self.recompute}"] if self.recompute != "none" else []
         parts += [f"offload {self.offload}"] if self.offload != "none" else []
         parts += ["fp32"] if self.precision == "fp32" else []
         parts += ["8-bit Adam"] if self.optimizer_bits == 8 else []
+        parts += ["no SP"] if self.tp > 1 and not self.sp else []
+        parts += ["flash"] if self.attention == "fused" else []
         return ", ".join(parts)
 
 
@@ -147,7 +115,12 @@ GOAL_METRIC = {"fit": "memory_bytes", "fastest": "step_s", "cheapest": "usd", "g
 
 @dataclass(frozen=True)
 class Plan:
-    """A layout, judged: kept (``feasible``) or not, with the reason, and its figures per step."""
+    """A layout, judged: kept (``feasible``) or not, with the reason, and its figures per step.
+
+    ``usd_basis`` says whether the dollars are rented (cloud GPU-hours) or owned (purchase price
+    amortised); ``energy_j`` and ``kg_co2`` are None when the GPU has no energy figures, and
+    ``energy_note`` then says what is missing.
+    """
 
     layout: Layout
     feasible: bool
@@ -159,8 +132,11 @@ class Plan:
     times: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     step_s: float = math.inf
     usd: float = math.inf
-    energy_j: float = math.inf  # facility energy of one step (IT energy x PUE)
-    kg_co2: float = math.inf
+    energy_j: float | None = math.inf  # facility energy of one step (IT energy x PUE); None: unknown
+    kg_co2: float | None = math.inf
+    usd_basis: str = ""
+    energy_note: str = ""
+    shortfall: float = 0.0  # how far from fitting: the worst place's need over what it holds, minus 1
 
     @property
     def memory_bytes(self) -> float:
@@ -168,50 +144,52 @@ class Plan:
 
     def metric(self, goal: str) -> float:
         require_choice("goal", goal, GOALS)
-        return getattr(self, GOAL_METRIC[goal])
+        value = getattr(self, GOAL_METRIC[goal])
+        return math.inf if value is None else value
 
     def row(self) -> dict:
-        """The plan in people's units: GB (1e9 bytes), seconds, USD, kWh and kg CO2 per step."""
+        """The plan in people's units: GB (1e9 bytes), seconds, USD, kWh and kg CO2 per step (None: unknown)."""
         out = {"plan": self.layout.label, "gpus": self.layout.gpus, "m": self.microbatches,
                "memory_gb": self.memory_bytes / GB, "step_s": self.step_s, "usd": self.usd,
-               "kwh": self.energy_j / 3.6e6, "kg_co2": self.kg_co2}
+               "kwh": None if self.energy_j is None else self.energy_j / 3.6e6, "kg_co2": self.kg_co2}
         return out | {"kept": self.feasible, "reason": self.reason}
 
 
 @lru_cache(maxsize=4096)
 def _estimate(shape: ModelShape, seq: int, dp: int, tp: int, pp: int, b: int, m: int, zero: int, recompute: str,
-              precision: str) -> dict[str, float]:
+              precision: str, sp: bool, schedule: str, chunks: int, attention: str) -> dict[str, float]:
     setup = TrainingSetup(shape, micro_batch=b, seq=seq, precision=precision, recompute=recompute, dp=dp, tp=tp,
-                          pp=pp, sp=tp > 1, zero_stage=zero, microbatches=m)
+                          pp=pp, sp=sp, zero_stage=zero, microbatches=m, schedule=schedule, chunks=chunks,
+                          attention=attention)
     return dict(estimate_memory(setup).per_device_bytes)
 
 
 def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]:
     """Bytes per GPU by category (parameters, gradients, optimizer, activations, total) and off the GPU."""
     mem = dict(_estimate(shape, seq, lay.dp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,
-                         lay.precision))
+                         lay.precision, lay.seq_parallel, lay.schedule, lay.chunks, lay.attention))
     psi = shape.params
     if lay.optimizer_bits == 8:
         mem["optimizer"] *= optimizer_state_bytes(psi, lay.precision, 8) / optimizer_state_bytes(psi, lay.precision)
-    shard = psi / lay.gpus
     mem["dram"] = mem["nvme"] = 0.0
-    if lay.offload == "dram":
+    mdl = offload_model(lay.offload, lay.zero_stage)
+    if mdl is not None:
+        n = lay.dp  # ZeRO shards over the data-parallel GPUs
+        scale = 1.0 / (lay.tp * lay.pp)
+        mem["parameters"] = (om.working_bytes(shape.params_per_layer, lay.tp) if mdl.streams_layers
+                             else mdl.gpu_bytes_per_param(n) * psi * scale)
         mem["gradients"] = mem["optimizer"] = 0.0
-        mem["dram"] = strategies.HOST_STATE_BYTES * shard
-    elif lay.offload == "nvme":
-        mem["parameters"] = 2 * 2 * shape.params_per_layer / lay.tp  # two layers of 16-bit weights in flight
-        mem["gradients"] = mem["optimizer"] = 0.0
-        mem["nvme"] = strategies.STATE_BYTES * shard
+        mem["dram"] = mdl.host_bytes_per_param * psi * scale / n
+        mem["nvme"] = mdl.nvme_bytes_per_param * psi * scale / n
     mem["total"] = sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
     return mem
 
 
-@lru_cache(maxsize=1024)
-def _tp_block_seconds(tp: int, rows: int, hidden: int, ffn: int, link: hardware.Link, e: int) -> float:
-    return comm_seconds("1d", tp, rows, hidden, ffn, link, e)
+def microbatches(global_batch: int, lay: Layout) -> int:
+    return max(1, global_batch // (lay.dp * lay.micro_batch))
 
 
-def links(lay: Layout, mc: Machine) -> dict[str, hardware.Link]:
+def links(lay: Layout, mc: Machine) -> dict:
     """The link each group uses: tp innermost in a node, then dp, then pp (Megatron's rank order)."""
     node, cl = mc.cluster.gpus_per_node, mc.cluster
     return {"tp": cl.intra_node, "dp": cl.intra_node if lay.tp * lay.dp <= node else cl.inter_node,
@@ -219,40 +197,43 @@ def links(lay: Layout, mc: Machine) -> dict[str, hardware.Link]:
 
 
 def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine) -> dict[str, float]:
-    """Seconds of one step by part (``TIMES``) plus the CPU optimizer step (``cpu``) and bytes moved."""
-    dev, n, e = mc.cluster.device, lay.gpus, PRECISIONS[lay.precision].weights
-    m, b, h = global_batch // (lay.dp * lay.micro_batch), lay.micro_batch, shape.hidden
-    flops = training_flops(shape, seq, global_batch, lay.recompute)
-    compute = flops / (n * dev.peak_flops["fp32" if lay.precision == "fp32" else "bf16"] * mc.efficiency)
-    f = bubble_fraction(lay.pp, m)
-    ln = links(lay, mc)
+    """Seconds of one step by part (``TIMES``, summing to the step) plus the CPU's share and the bytes moved."""
+    dev = mc.cluster.device
+    dtype = "fp32" if lay.precision == "fp32" else "bf16"
+    e = PRECISIONS[lay.precision].weights
+    m, ln = microbatches(global_batch, lay), links(lay, mc)
+    k = steptime.stage_seconds(shape, seq, lay, dev, dtype)
+    kernels_mb = k["forward"] + k["backward"] + k["recompute"]
+    tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
+    pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e)
     out = dict.fromkeys((*TIMES, "cpu", "peer_bytes", "pcie_bytes", "nvme_read", "nvme_write"), 0.0)
-    out["compute"], out["bubble"] = compute, compute * f / (1 - f)
-    if lay.tp > 1:
-        block = _tp_block_seconds(lay.tp, b * seq, h, shape.ffn_size, ln["tp"], e)
-        out["tp"] = 2 * block * (1.5 if lay.recompute == "full" else 1.0) * shape.layers / lay.pp * m
-        out["peer_bytes"] += out["tp"] * ln["tp"].bandwidth
-    if lay.pp > 1:
-        out["pp"] = 2 * m * transfer_time(e * b * seq * h / lay.tp, ln["pp"])
-        out["peer_bytes"] += out["pp"] * ln["pp"].bandwidth
-    dp_raw = zero_step_seconds(shape.params / (lay.tp * lay.pp), lay.dp, lay.zero_stage, ln["dp"], e)
-    dp_raw *= m if lay.zero_stage == 3 else 1
-    out["peer_bytes"] += dp_raw * ln["dp"].bandwidth
-    # ZeRO-3 prefetches gathers, but only backward (2/3 of compute) is counted as hiding them: a conservative
-    # window (Narayanan et al., SC 2021, section 5.4, found their tp/pp layout 70% faster than ZeRO-3).
-    window = (2 / 3) * compute if lay.zero_stage == 3 else (2 / 3) * compute / m
-    out["dp"] = max(0.0, dp_raw - window)
-    if lay.offload != "none":
-        t = strategies.DEFAULT_TRAFFIC["dram-offload" if lay.offload == "dram" else "ssd-offload"]
-        shard, again = shape.params / n, 4.0 * (m - 1) if lay.offload == "nvme" else 0.0
-        pcie = hardware.link(dev.pcie)
-        out["pcie_bytes"] = (t.link + again) * shard
-        pcie_s = transfer_time(out["pcie_bytes"], pcie)
-        out["cpu"] = t.optimizer * shard * mc.cluster.gpus_per_node / (mc.host.sockets * mc.dram.read_bandwidth)
-        out["nvme_read"], out["nvme_write"] = (t.nvme_read + again) * shard, t.nvme_write * shard
-        drives = mc.ssds_per_server / mc.cluster.gpus_per_node
-        nvme_s = out["nvme_read"] / (mc.ssd.read_bandwidth * drives) + out["nvme_write"] / (
-            mc.ssd.write_bandwidth * drives)
+    out["compute"], out["tp"], out["pp"] = m * kernels_mb, m * tp_mb, m * pp_mb
+    out["bubble"] = (lay.pp - 1) / lay.chunks * (kernels_mb + tp_mb + pp_mb)
+    local = shape.params / (lay.tp * lay.pp)
+    moved, out["dp"] = steptime.dp_seconds(local, lay, m, ln["dp"], PRECISIONS[lay.precision].grads, e,
+                                           k["backward"])
+    out["peer_bytes"] = moved + out["tp"] * steptime.bus_bandwidth(ln["tp"]) + out["pp"] * ln["pp"].bandwidth
+    shard = local / (lay.dp if lay.zero_stage >= 1 else 1)
+    out["optimizer"] = steptime.optimizer_seconds(shard, lay, dev)
+    mdl = offload_model(lay.offload, lay.zero_stage)
+    if mdl is not None:
+        psi = local / lay.dp
+        again = 2.0 * (m - 1) if mdl.streams_layers else 0.0  # 16-bit weights fetched again per extra micro-batch
+        out["pcie_bytes"] = (mdl.link_bytes_per_param() + again) * psi
+        out["nvme_read"] = (mdl.nvme_read_bytes_per_param() + again) * psi
+        out["nvme_write"] = mdl.nvme_write_bytes_per_param() * psi
+        pcie_s = transfer_time(out["pcie_bytes"], hardware.link(dev.pcie))
+        gpus_here = mc.cluster.gpus_per_node
+        step_bytes = mdl.step_bytes_per_param() * psi * gpus_here
+        out["cpu"] = step_bytes / mc.dram_bandwidth
+        nvme_s = 0.0
+        if out["nvme_read"] or out["nvme_write"]:
+            drives = mc.ssds_per_server / gpus_here
+            if mc.ssd is None or drives == 0:
+                nvme_s = math.inf
+            else:
+                nvme_s = (out["nvme_read"] / (mc.ssd.read_bandwidth * drives)
+                          + out["nvme_write"] / (mc.ssd.write_bandwidth * drives))
         out["offload"] = max(pcie_s, nvme_s) + out["cpu"]
     return out
 
@@ -262,24 +243,39 @@ def _rates(gpu: str, host: str, dram: str, ssd: str) -> energy.Rates:
     return energy.rates(gpu, host, dram, ssd)
 
 
+def usd_basis(mc: Machine) -> str:
+    """"rented" at the catalogue's cloud price per GPU-hour, else "owned" (purchase price amortised)."""
+    return "rented" if mc.cluster.device.cloud_usd_per_hour is not None else "owned"
+
+
+def energy_missing(mc: Machine) -> str:
+    """Why energy and carbon are unknown on this machine ("" when they are known)."""
+    dev = mc.cluster.device
+    if dev.memory_energy_j_per_bit is None:
+        return (f"unknown: the catalogue has no memory_energy_pj_per_bit for {dev.name}, so the HBM/GDDR part of "
+                f"the energy model has no figure")
+    return ""
+
+
 def price(shape: ModelShape, global_batch: int, lay: Layout, mc: Machine, t: dict[str, float],
-          acts_per_gpu: float) -> tuple[float, float, float, float]:
-    """(step seconds, USD, facility joules, kg CO2) of one step with times ``t``."""
+          acts_per_gpu: float) -> tuple[float, float, float | None, float | None]:
+    """(step seconds, USD, facility joules, kg CO2) of one step with times ``t``; energy None when unknown."""
     dev, n = mc.cluster.device, lay.gpus
     step = sum(t[k] for k in TIMES)
-    m = global_batch // (lay.dp * lay.micro_batch)
-    usd = (capital.cloud_usd(n, step, dev.name) if dev.cloud_usd_per_hour is not None
+    m = microbatches(global_batch, lay)
+    usd = (capital.cloud_usd(n, step, dev.name) if usd_basis(mc) == "rented"
            else capital.amortised_usd(n * dev.price_usd, step))
-    w = strategies.Traffic(0.0, 0.0, 0.0)
-    hbm = n * m * w.weights * shape.params / (lay.tp * lay.pp) + 2 * acts_per_gpu * n
-    hbm += w.optimizer * shape.params if lay.offload == "none" else 0.0
+    if energy_missing(mc):
+        return step, usd, None, None
+    e = PRECISIONS[lay.precision].weights
+    hbm = n * m * e * shape.params / (lay.tp * lay.pp) + 2 * acts_per_gpu * n  # weights read per micro-batch
+    hbm += (steptime.ADAM_BYTES[lay.optimizer_bits] + 4) * shape.params if lay.offload == "none" else 0.0
     traffic = energy.StepTraffic(
         gpus=n, hosts=math.ceil(n / mc.cluster.gpus_per_node), busy_s=t["compute"], stall_s=step - t["compute"],
         host_busy_s=min(t["cpu"], step), hbm_bytes=hbm, pcie_bytes=n * t["pcie_bytes"], peer_bytes=n * t["peer_bytes"],
-        dram_bytes=w.optimizer * shape.params if lay.offload != "none" else 0.0,
+        dram_bytes=2 * steptime.ADAM_BYTES[32] * shape.params if lay.offload != "none" else 0.0,
         ssd_read_bytes=n * t["nvme_read"], ssd_write_bytes=n * t["nvme_write"])
-    if dev.memory_energy_j_per_bit is None:  # no energy figures for this GPU: cost and time only
-        return step, usd, math.nan, math.nan
-    it = energy.step_energy(traffic, _rates(dev.name, mc.host.name, mc.dram.name, mc.ssd.name))
+    ssd = mc.ssd.name if mc.ssd is not None else "NVMe-PCIe4"
+    it = energy.step_energy(traffic, _rates(dev.name, mc.host.name, mc.dram.name, ssd))
     facility = it.facility_j(grid.pue(mc.pue))
     return step, usd, facility, grid.carbon_kg(facility, grid.region(mc.region).value)

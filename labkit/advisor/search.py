@@ -24,25 +24,32 @@ judged in about 0.3 s.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from labkit import hardware
 from labkit.advisor import costing
 from labkit.advisor.costing import GOALS, OFFLOAD_STAGE, OFFLOADS, Layout, Machine, Plan
-from labkit.economics import energy
-from labkit.errors import require_choice, require_positive
+from labkit.advisor.misses import gap
+from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.estimate import RECOMPUTE
 from labkit.hardware import GB
 from labkit.shapes import ModelShape, model_shape
 
 MICRO_BATCHES = (1, 2, 4, 8)
+SEARCHED = ("dp", "tp", "pp", "micro_batch", "zero_stage", "recompute", "offload", "precision", "optimizer_bits")
+FIXED_ONLY = ("schedule", "chunks", "sp", "attention")  # not searched: the caller's choice or the default
+# Plans within 3% of the best are shown as ties: the step-time model matches published runs to about 15%
+# (Narayanan et al., SC 2021, Table 1, tests/test_advisor_calibration.py), so a smaller gap is not a ranking.
+TIE_WITHIN = 0.03
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-RULES = ("gpus", "tp-heads", "tp-node", "pp-layers", "memory", "host-dram", "nvme", "batch", "zero-pipeline",
-         "offload")
+RULES = ("gpus", "tp-heads", "tp-node", "pp-layers", "memory", "host-dram", "nvme", "batch", "schedule",
+         "zero-pipeline", "offload")
+FIT_RULES = ("memory", "host-dram", "nvme")  # broken by size alone: a bigger machine would close the gap
 
 
 def layout_problem(shape: ModelShape, lay: Layout, mc: Machine) -> tuple[str, str]:
@@ -65,8 +72,9 @@ def option_problem(lay: Layout) -> tuple[str, str]:
         return "zero-pipeline", (f"ZeRO-{lay.zero_stage} shards gradients, which pipeline parallelism "
                                  f"(pp={lay.pp}) needs whole")
     if lay.offload != "none":
-        if lay.zero_stage != OFFLOAD_STAGE[lay.offload]:
-            return "offload", (f"offload to {lay.offload} runs on ZeRO-{OFFLOAD_STAGE[lay.offload]} "
+        stages = (2, 3) if lay.offload == "dram" else (OFFLOAD_STAGE[lay.offload],)
+        if lay.zero_stage not in stages:
+            return "offload", (f"offload to {lay.offload} runs on ZeRO-{' or ZeRO-'.join(map(str, stages))} "
                                f"(got ZeRO-{lay.zero_stage})")
         if lay.precision != "bf16-mixed" or lay.optimizer_bits != 32:
             return "offload", f"offload to {lay.offload} keeps 16-bit weights and 32-bit Adam on the CPU"
@@ -75,17 +83,29 @@ def option_problem(lay: Layout) -> tuple[str, str]:
 
 def _memory_problems(mem: dict[str, float], mc: Machine) -> list[tuple[str, str]]:
     usable, node, out = mc.usable_bytes, mc.cluster.gpus_per_node, []
+    cap = mc.cluster.device.memory_bytes
     if mem["total"] > usable:
         out.append(("memory", f"needs {mem['total'] / GB:,.1f} GB per GPU, holds {usable / GB:,.1f} "
-                              f"({100 * mc.usable_fraction:.0f}% of {mc.cluster.device.memory_bytes / GB:.0f} GB)"))
-    dram = mc.host.sockets * mc.dram.capacity_bytes
-    if mem["dram"] * node > dram:
-        out.append(("host-dram", f"needs {mem['dram'] * node / GB:,.0f} GB of host DRAM per node, "
-                                 f"has {dram / GB:,.0f}"))
-    nvme = mc.ssds_per_server * mc.ssd.capacity_bytes
-    if mem["nvme"] * node > nvme:
-        out.append(("nvme", f"needs {mem['nvme'] * node / GB:,.0f} GB of NVMe per node, has {nvme / GB:,.0f}"))
+                              f"({100 * mc.usable_fraction:.0f}% of {cap / GB:.1f} GB, {cap / 2**30:.0f} GiB)"))
+    if mem["dram"] * node > mc.dram_bytes:
+        out.append(("host-dram", f"needs {mem['dram'] * node / GB:,.0f} GB of host DRAM per host, "
+                                 f"{mc.host.name} has {mc.dram_bytes / GB:,.0f}"))
+    if mem["nvme"] * node > mc.nvme_bytes:
+        drives = (f"{mc.ssds_per_server} x {mc.ssd.capacity_bytes / 1e12:g} TB drive"
+                  + ("s" if mc.ssds_per_server != 1 else "") if mc.ssd else "no NVMe")
+        out.append(("nvme", f"needs {mem['nvme'] * node / GB:,.0f} GB of NVMe per host, {mc.host.name} has "
+                            f"{mc.nvme_bytes / GB:,.0f} ({drives})"))
     return out
+
+
+def shortfall(mem: dict[str, float], mc: Machine) -> float:
+    """How far a plan is from fitting, as a fraction of what it may use (0 when it fits): the worst place."""
+    node = mc.cluster.gpus_per_node
+    worst = max(0.0, mem["total"] / mc.usable_bytes - 1)
+    for need, have in ((mem["dram"] * node, mc.dram_bytes), (mem["nvme"] * node, mc.nvme_bytes)):
+        if need > have:
+            worst = max(worst, need / have - 1 if have else float("inf"))
+    return worst
 
 
 def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine) -> Plan:
@@ -93,29 +113,39 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
     rule, why = layout_problem(shape, lay, mc)
     if rule:
         return Plan(lay, False, why, rule)
-    m = max(1, global_batch // (lay.dp * lay.micro_batch))
+    m = costing.microbatches(global_batch, lay)
     mem = costing.memory(shape, seq, lay, m)
     problems = _memory_problems(mem, mc)
     if global_batch % (lay.dp * lay.micro_batch):
         problems.append(("batch", f"global batch {global_batch} does not split into dp={lay.dp} x "
                                   f"micro-batch {lay.micro_batch}"))
+    elif lay.schedule == "interleaved" and m % lay.pp:
+        problems.append(("schedule", f"the interleaved schedule needs the {m} micro-batches to be a multiple of "
+                                     f"pp={lay.pp} (Megatron-LM)"))
+    if lay.schedule == "interleaved" and (shape.layers // lay.pp) % lay.chunks:
+        problems.append(("schedule", f"chunks={lay.chunks} does not divide the {shape.layers // lay.pp} layers of a "
+                                     f"pipeline stage"))
     if option_problem(lay)[0]:
         problems.append(option_problem(lay))
     if problems:
-        return Plan(lay, False, "; ".join(w for _, w in problems), problems[0][0], m, mem, mc.usable_bytes)
+        return Plan(lay, False, "; ".join(w for _, w in problems), problems[0][0], m, mem, mc.usable_bytes,
+                    shortfall=shortfall(mem, mc))
     t = costing.step_times(shape, seq, global_batch, lay, mc)
     step, usd, joules, kg = costing.price(shape, global_batch, lay, mc, t, mem["activations"])
     why = f"fits with {(mc.usable_bytes - mem['total']) / GB:,.1f} GB to spare; step {step:,.4g} s"
-    return Plan(lay, True, why, "", m, mem, mc.usable_bytes, {k: t[k] for k in costing.TIMES}, step, usd, joules, kg)
+    return Plan(lay, True, why, "", m, mem, mc.usable_bytes, {k: t[k] for k in costing.TIMES}, step, usd, joules, kg,
+                costing.usd_basis(mc), costing.energy_missing(mc))
 
 
-def layouts(n_gpus: int, global_batch: int) -> list[tuple[int, int, int, int]]:
-    """(dp, tp, pp, micro-batch) with dp x tp x pp = n_gpus and micro-batches of 1 to 8."""
+def layouts(n_gpus: int, global_batch: int, micro_batches: tuple[int, ...] = MICRO_BATCHES
+            ) -> list[tuple[int, int, int, int]]:
+    """(dp, tp, pp, micro-batch) with dp x tp x pp = n_gpus and micro-batches of 1 to 8 (or those given)."""
     out = []
     for tp in _divisors(n_gpus):
         for pp in _divisors(n_gpus // tp):
             dp = n_gpus // (tp * pp)
-            out += [(dp, tp, pp, b) for b in MICRO_BATCHES if global_batch % (dp * b) == 0] or [(dp, tp, pp, 1)]
+            out += ([(dp, tp, pp, b) for b in micro_batches if global_batch % (dp * b) == 0]
+                    or [(dp, tp, pp, micro_batches[0] if len(micro_batches) == 1 else 1)])
     return out
 
 
@@ -141,6 +171,29 @@ class Advice:
     goal: str
     kept: tuple[Plan, ...]
     rejected: tuple[Plan, ...]
+    exact: Plan | None = None  # the complete layout the caller gave, priced as given
+    host: str = ""
+    limits: str = ""  # the host's limits in words
+    usd_basis: str = ""
+    energy_note: str = ""
+    headroom: float = costing.DEFAULT_HEADROOM
+    gaps: tuple[tuple[Plan, str], ...] = ()  # when nothing fits: the nearest misses and what would close them
+
+    def nearest_misses(self, k: int = 3) -> list[Plan]:
+        """The ``k`` rejected plans closest to fitting (rules of size alone), smallest shortfall first."""
+        near = sorted((p for p in self.rejected if p.rule in FIT_RULES), key=lambda p: (p.shortfall, p.layout.label))
+        out: list[Plan] = []
+        for p in near:  # one plan per distinct shortfall: micro-batch variants short by the same bytes add nothing
+            if not any(q.rule == p.rule and q.reason == p.reason for q in out):
+                out.append(p)
+        return out[:k]
+
+    def ties(self, within: float = TIE_WITHIN) -> list[Plan]:
+        """The kept plans whose goal metric is within ``within`` (relative) of the best: no model is that exact."""
+        if not self.kept:
+            return []
+        best = self.kept[0].metric(self.goal)
+        return [p for p in self.kept if p.metric(self.goal) <= best * (1 + within)]
 
     @property
     def best(self) -> Plan | None:
@@ -162,7 +215,8 @@ class Advice:
 
 
 def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", gpus: int = 8, goal: str = "fastest",
-           seq: int = 0, gpus_per_node: int = 8, machine: Machine | None = None) -> Advice:
+           seq: int = 0, gpus_per_node: int | None = None, machine: Machine | None = None, host: str | None = None,
+           headroom: float = costing.DEFAULT_HEADROOM, fixed: dict | None = None) -> Advice:
     """Search every plan of ``model`` on ``gpus`` GPUs for ``goal`` (fit, fastest, cheapest, greenest).
 
     ``fit`` ranks by memory per GPU (most room first), the others by step seconds, USD and kg CO2 per
@@ -174,23 +228,47 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     seq = seq or shape.seq
     require_positive("seq", seq)
-    mc = machine or costing.machine(gpu, gpus, gpus_per_node)
-    if goal == "greenest":
-        energy.gpu_memory_j_per_bit(mc.cluster.device)  # names the GPUs with energy figures
+    mc = machine or costing.machine(gpu, gpus, gpus_per_node, host=host, headroom=headroom)
+    if goal == "greenest" and costing.energy_missing(mc):
+        with_figures = [g.name for g in hardware.load_catalogue().gpus if g.memory_energy_j_per_bit is not None]
+        raise LabkitError(f"goal greenest needs energy figures: {costing.energy_missing(mc)}; GPUs with them: "
+                          f"{', '.join(with_figures)}")
+    fixed = dict(fixed or {})
+    unknown = sorted(set(fixed) - set(SEARCHED) - set(FIXED_ONLY))
+    if unknown:
+        raise LabkitError(f"fixed must name layout fields ({', '.join(SEARCHED + FIXED_ONLY)}) (got {unknown})")
+    extras = {k: fixed[k] for k in FIXED_ONLY if k in fixed}
+    exact = None
+    if all(k in fixed for k in ("dp", "tp", "pp")):
+        exact = evaluate(shape, seq, global_batch, Layout(**fixed), mc)
     kept, rejected = [], []
-    options = _options()
-    for dp, tp, pp, b in layouts(mc.cluster.n_gpus, global_batch):
-        first = Layout(dp, tp, pp, b)
+    options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))]
+    sizes = (fixed["micro_batch"],) if "micro_batch" in fixed else MICRO_BATCHES
+    for dp, tp, pp, b in layouts(mc.cluster.n_gpus, global_batch, sizes):
+        if any(fixed.get(k, v) != v for k, v in (("dp", dp), ("tp", tp), ("pp", pp))):
+            continue
+        first = Layout(dp, tp, pp, b, **_valid_extras(extras, pp))
         rule, why = layout_problem(shape, first, mc)
         if rule:
             rejected.append(Plan(first, False, why, rule))
             continue
         for stage, rec, off, prec, bits in options:
-            lay = Layout(dp, tp, pp, b, stage, rec, off, prec, bits)
-            if option_problem(lay)[0] or (dp == 1 and 0 < stage and off == "none"):
+            lay = replace(first, zero_stage=stage, recompute=rec, offload=off, precision=prec, optimizer_bits=bits)
+            if option_problem(lay)[0] or (dp == 1 and 0 < stage and off == "none" and "zero_stage" not in fixed):
                 continue  # engines do not offer it, or ZeRO over one GPU: the same as stage 0
             plan = evaluate(shape, seq, global_batch, lay, mc)
             (kept if plan.feasible else rejected).append(plan)
     kept.sort(key=lambda p: (p.metric(goal), p.step_s, p.layout.label))
-    return Advice(shape.name, mc.cluster.device.name, mc.cluster.n_gpus, global_batch, seq, goal, tuple(kept),
-                  tuple(rejected))
+    adv = Advice(shape.name, mc.cluster.device.name, mc.cluster.n_gpus, global_batch, seq, goal, tuple(kept),
+                 tuple(rejected), exact, mc.host.name, mc.limits(), costing.usd_basis(mc), costing.energy_missing(mc),
+                 mc.headroom)
+    misses = [exact] if exact is not None and exact.rule in FIT_RULES else []
+    misses += [] if kept else [p for p in adv.nearest_misses() if p is not exact]
+    return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses))
+
+
+def _valid_extras(extras: dict, pp: int) -> dict:
+    """The caller's schedule choices, dropped where a searched layout has no pipeline to interleave."""
+    if pp == 1 and extras.get("schedule") == "interleaved":
+        return {k: v for k, v in extras.items() if k not in ("schedule", "chunks")}
+    return extras

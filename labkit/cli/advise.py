@@ -1,47 +1,173 @@
-"""``labkit advise``: the advisor's ranked plans for a model on a cluster."""
+"""``labkit advise``: price an exact layout, or rank the plans of a model on a machine.
+
+The shape is a preset (``--model``) or given whole (``--layers --hidden --heads --vocab --seq``,
+``--ffn`` and ``--kv-heads`` where the family needs them). A layout given whole (``--dp --tp
+--pp``, with ``--micro-batch --zero --recompute --schedule --chunks --offload --precision --sp``
+taking their defaults when left out) is priced exactly as given and comes first; a partial one
+fixes what it gives and the search fills the rest. Exit status: 0 when a plan fits, 1 when the
+layout given or every plan does not fit (the nearest misses are printed), 2 for bad input.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from labkit.cli.common import parse_int
-from labkit.errors import LabkitError
+from labkit.cli.shape_args import add_shape_flags, shape_from_args
+from labkit.errors import LabkitError, require_choice
+from labkit.shapes import ModelShape
+
+LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks")
+CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
+           "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32"), "sp": ("on", "off"),
+           "attention": ("explicit", "fused")}
 
 
-def advise(a: argparse.Namespace) -> str:
-    """``labkit advise``: the advisor's ranked plans as text, or as JSON with ``--json``."""
-    from labkit.advisor.report import advice_json, advice_text
-    from labkit.advisor.search import advise as search
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _shape(a: argparse.Namespace) -> ModelShape:
     from labkit.shapes import model_names
 
-    for name in ("model", "batch"):
-        if getattr(a, name) is None:
-            extra = f" (one of {', '.join(model_names())})" if name == "model" else ""
-            raise LabkitError(f"{name} must be given: --{name} ...{extra}")
-    seq = parse_int("seq", a.seq) if a.seq is not None else 0
+    custom = [f for f in ("layers", "hidden", "heads", "vocab", "ffn") if getattr(a, f)]
+    if a.model is None and a.params is None and not custom:
+        raise LabkitError(f"model must be given: --model ... (one of {', '.join(model_names())}) or the shape flags "
+                          f"--layers --hidden --heads --vocab --seq")
+    shape = shape_from_args(a)
+    if shape is None:
+        raise LabkitError("params must not be used with advise: a plan needs the shape (--model, or --layers "
+                          "--hidden --heads --vocab --seq)")
+    if a.kv_heads is not None:
+        kv = parse_int("kv_heads", a.kv_heads)
+        if shape.heads % kv:
+            raise LabkitError(f"kv_heads must divide the {shape.heads} attention heads: one of "
+                              f"{_divisors(shape.heads)} (got {kv})")
+        shape = replace(shape, kv_heads=kv)
+    return shape
+
+
+def _layout(a: argparse.Namespace, shape: ModelShape, batch: int) -> dict:
+    """The layout fields given on the command line, each checked against the shape and the batch."""
+    fixed: dict = {}
+    for name in LAYOUT_INTS:
+        text = getattr(a, name)
+        if text is not None:
+            fixed[name] = parse_int(name, text)
+    if a.zero is not None:
+        fixed["zero_stage"] = require_choice("zero", parse_int("zero", a.zero, positive=False), (0, 1, 2, 3))
+    for name, allowed in CHOICES.items():
+        value = getattr(a, name)
+        if value is not None:
+            fixed[name] = require_choice(name, value, allowed)
+    if "sp" in fixed:
+        fixed["sp"] = fixed["sp"] == "on"
+    if shape.heads % fixed.get("tp", 1):
+        raise LabkitError(f"tp must divide the {shape.heads} attention heads: one of {_divisors(shape.heads)} "
+                          f"(got {fixed['tp']})")
+    if shape.layers % fixed.get("pp", 1):
+        raise LabkitError(f"pp must divide the {shape.layers} layers: one of {_divisors(shape.layers)} "
+                          f"(got {fixed['pp']})")
+    if fixed.get("chunks", 1) > 1:
+        if fixed.get("schedule") != "interleaved":
+            raise LabkitError(f"chunks must be 1 unless --schedule interleaved (got {fixed['chunks']})")
+        per_stage = shape.layers // fixed.get("pp", 1)
+        if per_stage % fixed["chunks"]:
+            raise LabkitError(f"chunks must divide the {per_stage} layers of a pipeline stage: one of "
+                              f"{_divisors(per_stage)} (got {fixed['chunks']})")
+    if "dp" in fixed:
+        if batch % fixed["dp"]:
+            raise LabkitError(f"dp must divide the global batch {batch}: one of {_divisors(batch)} (got {fixed['dp']})")
+        per_rank = batch // fixed["dp"]
+        if per_rank % fixed.get("micro_batch", 1):
+            raise LabkitError(f"micro_batch must divide the {per_rank} sequences per data-parallel rank "
+                              f"(batch {batch} / dp {fixed['dp']}): one of {_divisors(per_rank)} "
+                              f"(got {fixed['micro_batch']})")
+    return fixed
+
+
+def _gpus(a: argparse.Namespace, fixed: dict) -> int:
+    whole = all(k in fixed for k in ("dp", "tp", "pp"))
+    product = fixed["dp"] * fixed["tp"] * fixed["pp"] if whole else None
+    if a.gpus is None:
+        return product or 8
+    gpus = parse_int("gpus", a.gpus)
+    if product is not None and product != gpus:
+        raise LabkitError(f"dp x tp x pp must equal --gpus {gpus} (got {fixed['dp']} x {fixed['tp']} x "
+                          f"{fixed['pp']} = {product})")
+    for name in ("dp", "tp", "pp"):
+        if name in fixed and gpus % fixed[name]:
+            raise LabkitError(f"{name} must divide the {gpus} GPUs: one of {_divisors(gpus)} (got {fixed[name]})")
+    return gpus
+
+
+def _headroom(text: str) -> float:
+    raw = text.strip()
+    try:
+        value = float(raw.removesuffix("%")) / (100 if raw.endswith("%") else 1)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise LabkitError(f"headroom must be a fraction of GPU memory kept free, 0 to 0.99 (or 0% to 99%) "
+                          f"(got {text!r})")
+    return value
+
+
+def advise(a: argparse.Namespace) -> tuple[str, int]:
+    """``labkit advise``: (text or JSON, exit status)."""
+    from labkit.advisor.report import advice_json, advice_text
+    from labkit.advisor.search import advise as search
+
+    shape = _shape(a)
+    if a.batch is None:
+        raise LabkitError("batch must be given: --batch N (the global batch, in sequences)")
+    batch = parse_int("batch", a.batch)
+    seq = parse_int("seq", a.seq) if a.seq is not None else shape.seq
+    if seq != shape.seq:
+        shape = replace(shape, seq=seq)
     top = parse_int("top", a.top, positive=False)
     if top < 0:
         raise LabkitError(f"top must be a non-negative integer (got {a.top!r})")
-    adv = search(a.model, parse_int("batch", a.batch), a.gpu, parse_int("gpus", a.gpus), a.goal, seq=seq,
-                 gpus_per_node=parse_int("gpus_per_node", a.gpus_per_node))
-    return json.dumps(advice_json(adv, top), indent=2) if a.json else advice_text(adv, top)
+    fixed = _layout(a, shape, batch)
+    gpus = _gpus(a, fixed)
+    per_node = parse_int("gpus_per_node", a.gpus_per_node) if a.gpus_per_node is not None else None
+    adv = search(shape, batch, a.gpu, gpus, a.goal, seq=seq, gpus_per_node=per_node, host=a.host,
+                 headroom=_headroom(a.headroom), fixed=fixed)
+    fits = adv.exact.feasible if adv.exact is not None else bool(adv.kept)
+    out = json.dumps(advice_json(adv, top), indent=2) if a.json else advice_text(adv, top)
+    return out, 0 if fits else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    adv = sub.add_parser("advise", help="rank the parallel and memory plans of a model on a cluster")
-    adv.add_argument("--model", help="a preset (e.g. gpt3-175b, llama2-7b)")
+    adv = sub.add_parser("advise", help="price a layout, or rank the parallel and memory plans of a model")
+    add_shape_flags(adv)
+    adv.add_argument("--kv-heads", dest="kv_heads", help="key/value heads of grouped-query attention (custom shape)")
     adv.add_argument("--gpu", default="A100-80GB", help="a GPU of the catalogue (default A100-80GB)")
-    adv.add_argument("--gpus", default="8", help="GPU count (default 8)")
-    adv.add_argument("--gpus-per-node", default="8", help="GPUs per node, sharing NVLink (default 8)")
+    adv.add_argument("--gpus", help="GPU count (default: dp x tp x pp when all three are given, else 8)")
+    adv.add_argument("--host", help="a host of the catalogue (default: the first built with the GPU)")
+    adv.add_argument("--gpus-per-node", dest="gpus_per_node", help="GPUs per host (default: the host's slots)")
     adv.add_argument("--batch", help="global batch, in sequences")
-    adv.add_argument("--seq", help="sequence length (default: the model's context length)")
     adv.add_argument("--goal", default="fastest", help="fit, fastest, cheapest, greenest")
+    adv.add_argument("--headroom", default="0.1", help="share of GPU memory kept free (default 0.1, i.e. 10%%)")
+    for flag, what in (("dp", "data-parallel GPUs"), ("tp", "tensor-parallel GPUs (divides the heads)"),
+                       ("pp", "pipeline stages (divides the layers)"), ("micro-batch", "sequences per micro-batch"),
+                       ("chunks", "model chunks per GPU, v, of the interleaved schedule")):
+        adv.add_argument(f"--{flag}", dest=flag.replace("-", "_"), help=what)
+    adv.add_argument("--zero", help="ZeRO stage: 0, 1, 2, 3")
+    adv.add_argument("--recompute", help="none, selective, full")
+    adv.add_argument("--schedule", help="pipeline schedule: 1f1b, gpipe, interleaved")
+    adv.add_argument("--offload", help="none, dram (ZeRO-Offload), nvme (ZeRO-Infinity)")
+    adv.add_argument("--precision", help="bf16-mixed, fp32")
+    adv.add_argument("--sp", help="sequence parallelism with tp > 1: on (default), off")
+    adv.add_argument("--attention", help="explicit (default), fused (FlashAttention)")
     adv.add_argument("--top", default="5", help="plans to show (default 5)")
     adv.add_argument("--json", action="store_true", help="print the plans as JSON (bytes, seconds, USD, J, kg)")
     adv.set_defaults(run=run)
 
 
 def run(a: argparse.Namespace) -> int:
-    print(advise(a))
-    return 0
+    out, status = advise(a)
+    print(out)
+    return status
