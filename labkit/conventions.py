@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit import offload_model as om
 from labkit.errors import LabkitError, require_choice, require_positive
 
 CONVENTIONS = ("zero", "deepspeed")
@@ -111,8 +112,8 @@ def per_param(convention: str, setup: StateSetup) -> dict[str, float]:
     if convention == "zero":
         out = {"parameters": 2 / (n if s >= 3 else 1), "gradients": 2 / (n if s >= 2 else 1),
                "optimizer": 12 / (n if s >= 1 else 1)}
-        if opt_off:
-            out["gradients"] = out["optimizer"] = 0.0
+        if opt_off:  # the GPU side of labkit.offload_model, the lab's one source for offload bytes
+            out = {"parameters": _zero_offload(s).gpu_bytes_per_param(n), "gradients": 0.0, "optimizer": 0.0}
         if par_off:
             out["parameters"] = 0.0
         return out
@@ -130,14 +131,20 @@ def per_param(convention: str, setup: StateSetup) -> dict[str, float]:
     return {"parameters": 2.0, "gradients": grads, "optimizer": 12 / shard}
 
 
+def _zero_offload(stage: int) -> om.OffloadModel:
+    """ZeRO-Offload's bytes (Ren et al., ATC 2021) from labkit.offload_model: over ZeRO-3 the 16-bit weights shard."""
+    return om.ZERO3_CPU_OFFLOAD if stage == 3 else om.ZERO_OFFLOAD
+
+
 def host_bytes_per_node(convention: str, setup: StateSetup) -> float:
     """Host DRAM one node needs for the states (DeepSpeed: its estimators' "per CPU" column)."""
     require_choice("convention", convention, CONVENTIONS)
     p = setup.params / setup.model_parallel
     per_node, nodes = setup.gpus_per_node, setup.nodes
     opt_off, par_off = setup.offload_optimizer == "cpu", setup.offload_param == "cpu"
-    if convention == "zero":  # ZeRO-Offload: 2 + 12 bytes per parameter on the host; ZeRO-Infinity: + 2
-        return p * ((14 if opt_off else 0) + (2 if par_off else 0)) / nodes
+    if convention == "zero":  # ZeRO-Offload: 2 + 12 bytes per parameter on the host; parameters too: + 2
+        host = _zero_offload(setup.zero_stage).host_bytes_per_param if opt_off else 0.0
+        return p * (host + (2 if par_off else 0)) / nodes
     f = BUFFER_FACTOR
     if setup.zero_stage == 3:
         if opt_off:

@@ -96,3 +96,14 @@ def test_published_rows_from_the_references_file():
     for r in rows:
         assert round(r.gpu_gib, 2) == r.published_gpu_gib and round(r.host_gib, 2) == r.published_host_gib, r.label
     assert "71.69" in published_table(rows)
+
+
+def test_zero_offload_bytes_come_from_the_offload_model():
+    from labkit import offload_model as om
+
+    p, n = 10**9, 8
+    two = model_states(StateSetup(p, 2, n, offload_optimizer="cpu", gpus_per_node=8), "zero")
+    three = model_states(StateSetup(p, 3, n, offload_optimizer="cpu", gpus_per_node=8), "zero")
+    assert two.total == om.ZERO_OFFLOAD.gpu_bytes_per_param(n) * p
+    assert three.total == om.ZERO3_CPU_OFFLOAD.gpu_bytes_per_param(n) * p
+    assert two.host_per_node == three.host_per_node == om.ZERO_OFFLOAD.host_bytes_per_param * p
