@@ -7,10 +7,10 @@ each one starts, so a notebook can draw the bubble and measure it.
 
 Two layers:
 
-* ``simulate``: tasks on streams (a CUDA stream, a rank, a link, a disk). A stream
-  runs its tasks in the order given, like a CUDA stream or a rank's program does,
-  and a task starts once the previous task on its stream and all its dependencies
-  have ended. Nothing else is modelled: no contention between streams.
+* ``simulate`` (in ``labkit.timeline``, re-exported here): tasks on streams (a CUDA
+  stream, a rank, a link, a disk). A stream runs its tasks in the order given, and a
+  task starts once the previous task on its stream and all its dependencies have
+  ended. Nothing else is modelled: no contention between streams.
 * ``schedule`` / ``simulate_pipeline``: the GPipe, 1F1B and interleaved 1F1B orders,
   action by action as torch 2.13's ``ScheduleGPipe``, ``Schedule1F1B`` and
   ``ScheduleInterleaved1F1B`` run them (``torch_order`` reads torch's own order).
@@ -23,109 +23,19 @@ Language Model Training on GPU Clusters Using Megatron-LM", SC 2021, section 2.2
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
 
 from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.timeline import Event, Task, Timeline, simulate
+
+__all__ = ["KINDS", "PHASES", "Action", "Event", "Task", "Timeline", "bubble_fraction", "bubble_over_ideal",
+           "measured_bubble", "peak_in_flight", "replay_schedule", "schedule", "simulate", "simulate_pipeline",
+           "torch_order"]
 
 KINDS = ("gpipe", "1f1b", "interleaved")
 PHASES = ("F", "B")
-
-
-@dataclass(frozen=True)
-class Task:
-    """Work of ``duration`` seconds on ``stream``, after the tasks named in ``deps``."""
-
-    name: str
-    stream: str
-    duration: float
-    deps: tuple[str, ...] = ()
-    kind: str = ""
-    meta: dict[str, Any] = field(default_factory=dict, hash=False)
-
-
-@dataclass(frozen=True)
-class Event:
-    """A task placed in time: it ran on ``stream`` from ``start`` to ``end`` (seconds)."""
-
-    name: str
-    stream: str
-    start: float
-    end: float
-    kind: str = ""
-    meta: dict[str, Any] = field(default_factory=dict, hash=False)
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-
-@dataclass
-class Timeline:
-    """The events of one simulation, in the order they were given per stream."""
-
-    events: list[Event]
-
-    @property
-    def makespan(self) -> float:
-        return max((e.end for e in self.events), default=0.0)
-
-    @property
-    def streams(self) -> list[str]:
-        """Stream names in order of first appearance."""
-        return list(dict.fromkeys(e.stream for e in self.events))
-
-    def on(self, stream: str) -> list[Event]:
-        return [e for e in self.events if e.stream == stream]
-
-    def busy(self, stream: str) -> float:
-        return sum(e.duration for e in self.on(stream))
-
-    def idle_fraction(self, streams: list[str] | None = None) -> float:
-        """1 - busy / (makespan * number of streams): the share of stream-time spent waiting."""
-        names = self.streams if streams is None else streams
-        if not names or self.makespan == 0:
-            return 0.0
-        return 1 - sum(self.busy(s) for s in names) / (self.makespan * len(names))
-
-
-def simulate(tasks: list[Task]) -> Timeline:
-    """Place every task at max(end of the previous task on its stream, ends of its deps)."""
-    names: set[str] = set()
-    for t in tasks:
-        if t.name in names:
-            raise LabkitError(f"task names must be unique (task {t.name!r} appears twice)")
-        names.add(t.name)
-    queues: dict[str, list[Task]] = defaultdict(list)
-    for t in tasks:
-        if t.duration < 0:
-            raise LabkitError(f"duration of task {t.name!r} must be >= 0 (got {t.duration!r})")
-        missing = [d for d in t.deps if d not in names]
-        if missing:
-            raise LabkitError(f"task {t.name!r} depends on unknown task(s) {', '.join(map(repr, missing))}")
-        queues[t.stream].append(t)
-    end: dict[str, float] = {}
-    placed: dict[str, Event] = {}
-    heads = dict.fromkeys(queues, 0)
-    progress = True
-    while progress:
-        progress = False
-        for stream, queue in queues.items():
-            while heads[stream] < len(queue) and all(d in end for d in queue[heads[stream]].deps):
-                t = queue[heads[stream]]
-                prev = end[queue[heads[stream] - 1].name] if heads[stream] else 0.0
-                start = max([prev, *(end[d] for d in t.deps)])
-                end[t.name] = start + t.duration
-                placed[t.name] = Event(t.name, stream, start, end[t.name], t.kind, dict(t.meta))
-                heads[stream] += 1
-                progress = True
-    if len(placed) < len(tasks):
-        stuck = [(q[heads[s]].name, [d for d in q[heads[s]].deps if d not in end])
-                 for s, q in queues.items() if heads[s] < len(q)]
-        shown = "; ".join(f"task {n!r} waits for {', '.join(map(repr, w))}" for n, w in stuck)
-        raise LabkitError(f"dependency cycle or deadlock: {shown}")
-    return Timeline([placed[t.name] for t in tasks])
 
 
 @dataclass(frozen=True)
@@ -245,12 +155,28 @@ def simulate_pipeline(kind: str, p: int, m: int, t_fwd: float, t_bwd: float, t_c
     seconds on the directed link stream "link a->b", sent first in, first out
     (one transfer at a time per direction); with t_comm = 0 there are no link tasks.
     """
-    order = schedule(kind, p, m, v)
     for name, value in (("t_fwd", t_fwd), ("t_bwd", t_bwd)):
         require_positive(name, value, integer=False)
+    durations = {"F": t_fwd / v, "B": t_bwd / v}
+    order = schedule(kind, p, m, v)
+    return replay_schedule(order, p * v, {a: durations[a.phase] for acts in order.values() for a in acts}, t_comm)
+
+
+def replay_schedule(order: Mapping[int, list[Action]], n_stages: int, durations: Mapping[Action, float],
+                    t_comm: float = 0.0) -> Timeline:
+    """Place each rank's actions (program order) with a duration of its own, in seconds.
+
+    The same dependencies and links as :func:`simulate_pipeline`; ``durations`` gives
+    every action its own time, for example the durations a real run measured, so the
+    replay shows the schedule's bubble with that run's compute and nothing else (no
+    messages when t_comm = 0, no overhead between actions).
+    """
     if t_comm < 0:
         raise LabkitError(f"t_comm must be >= 0 (got {t_comm!r})")
-    n_stages, durations = p * v, {"F": t_fwd / v, "B": t_bwd / v}
+    missing = [str(a) for acts in order.values() for a in acts if a not in durations]
+    if missing:
+        raise LabkitError(f"durations must give every action of the order a time; missing {', '.join(missing[:5])}")
+    p = len(order)
     tasks: list[Task] = []
     links: list[Task] = []
     for r, acts in order.items():
@@ -262,7 +188,7 @@ def simulate_pipeline(kind: str, p: int, m: int, t_fwd: float, t_bwd: float, t_c
                 dep = str(Action(src, a.phase, i))
                 deps.append(f"send {dep}" if t_comm > 0 else dep)
             meta = {"stage": s, "microbatch": i, "phase": a.phase}
-            tasks.append(Task(str(a), f"rank {r}", durations[a.phase], tuple(deps), a.phase, meta))
+            tasks.append(Task(str(a), f"rank {r}", durations[a], tuple(deps), a.phase, meta))
             dst = s + 1 if a.phase == "F" else s - 1
             if t_comm > 0 and 0 <= dst < n_stages:
                 links.append(Task(f"send {a}", f"link {r}->{dst % p}", t_comm, (str(a),), "comm", meta))

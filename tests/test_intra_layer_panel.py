@@ -37,3 +37,19 @@ def test_winners_table_lists_the_fastest_mode_per_link():
     best = costs.rank_modes(8, links[1], 512, 1024, 4096)[0]
     assert f"{best.label}: {1e3 * best.seconds:.2f} ms" in table
     assert "comm. over nvlink3" in table.splitlines()[0]
+
+
+def test_winners_puts_groups_beyond_the_nvlink_domain_on_the_inter_node_link():
+    a100, nvl, ib = hardware.gpu("A100-80GB"), hardware.link("nvlink3"), hardware.link("ib-hdr")
+    table = winners([8, 16, 64], [nvl], 2048, 12288, 4 * 12288, a100, ib)
+    rows = {line.split()[0]: line for line in table.splitlines()[2:]}
+    assert "on ib-hdr" not in rows["8"] and "on ib-hdr" in rows["16"] and "on ib-hdr" in rows["64"]
+    best16 = costs.rank_modes(16, ib, 2048, 12288, 4 * 12288)[0]
+    assert f"{1e3 * best16.seconds:.2f} ms" in rows["16"]
+
+
+def test_panel_says_when_the_group_leaves_the_nvlink_domain():
+    panel = TensorParallelPanel(mode="2d", devices=16, hidden=1024, batch=512, link="nvlink3")
+    assert "crosses ib-hdr" in panel.message.value and "over ib-hdr" in panel.message.value
+    panel.devices.value = 4
+    assert "crosses" not in panel.message.value and "over nvlink3" in panel.message.value

@@ -307,3 +307,13 @@ def test_gantt_draws_one_bar_per_event() -> None:
     assert any(t.get_text() == "3" for t in ax.texts)
     with pytest.raises(LabkitError, match="time_unit must be one of s, ms, us"):
         gantt(tl, time_unit="h")
+
+
+def test_replay_schedule_with_equal_durations_is_simulate_pipeline() -> None:
+    from labkit.sim import replay_schedule
+
+    for kind, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
+        order = schedule(kind, 2, 4, v)
+        durations = {a: (1.0 if a.phase == "F" else 2.0) / v for acts in order.values() for a in acts}
+        a, b = replay_schedule(order, 2 * v, durations, 0.5), simulate_pipeline(kind, 2, 4, 1.0, 2.0, 0.5, v)
+        assert [(e.name, e.start, e.end) for e in a.events] == [(e.name, e.start, e.end) for e in b.events]

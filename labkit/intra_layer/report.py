@@ -7,7 +7,7 @@ Formatting only: the measurements come from ``megatron`` and ``multidim``, the p
 from __future__ import annotations
 
 from labkit.hardware import Device, Link
-from labkit.intra_layer import costs, megatron, multidim
+from labkit.intra_layer import costs, megatron, multidim, placement
 from labkit.tables import text_table
 
 
@@ -38,7 +38,7 @@ def multidim_table(runs: list[list[dict]], rank: int = 0) -> str:
         rows.append([label, r["weight_bytes"], c.weight_bytes, r["activation_bytes"], c.activation_bytes,
                      moved["forward"] + moved["backward"],
                      sum(x.nbytes for x in c.calls()), len(r["forward"]) + len(r["backward"])])
-    return text_table(["mode (P)", "weights", "predicted", "activations", "predicted", "bytes moved",
+    return text_table(["mode (P)", "weights (B)", "predicted", "activations (B)", "predicted", "moved (B)",
                        "predicted", "calls"], rows)
 
 
@@ -47,18 +47,25 @@ def worst_multidim_error(runs: list[list[dict]]) -> int:
 
 
 def winners(device_counts: list[int], links: list[Link], batch: int, hidden: int, ffn: int, gpu: Device,
-            efficiency: float = 0.5) -> str:
+            inter: Link | None = None, efficiency: float = 0.5) -> str:
     """For each device count: compute time of one MLP block per device, and per link the fastest mode's
-    communication time (predicted). Communication that exceeds compute cannot be hidden behind it."""
+    communication time and its share of compute (predicted). Communication that exceeds compute cannot be
+    hidden behind it. A group larger than ``gpu``'s NVLink domain is costed on ``inter`` (``placement``):
+    the cell names the link it really crosses."""
     rows = []
     for p in device_counts:
         flops = 3 * 2 * 2 * batch * hidden * ffn / p  # two matrix multiplies, forward + backward (2x)
-        row: list[object] = [p, f"{1e3 * flops / (gpu.peak_flops['bf16'] * efficiency):.2f} ms"]
+        compute = flops / (gpu.peak_flops["bf16"] * efficiency)
+        row: list[object] = [p, f"{1e3 * compute:.2f} ms"]
         for link in links:
-            best = costs.rank_modes(p, link, batch, hidden, ffn)[0]
-            row.append(f"{best.label}: {1e3 * best.seconds:.2f} ms" if not best.error else "-")
+            where = placement.place(p, link, gpu, inter or link)
+            best = costs.rank_modes(p, where.used, batch, hidden, ffn)[0]
+            via = f" on {where.used.name}" if where.spills else ""
+            row.append(f"{best.label}{via}: {1e3 * best.seconds:.2f} ms ({100 * best.seconds / compute:.0f}%)"
+                       if not best.error else "-")
         rows.append(row)
-    return text_table(["devices", f"compute on {gpu.name}", *(f"comm. over {li.name}" for li in links)], rows)
+    return text_table(["devices", f"compute on {gpu.name}", *(f"comm. over {li.name} (% of compute)" for li in links)],
+                      rows)
 
 
 def megatron_max_error(results: dict[str, list[megatron.RankResult]], reference: dict) -> float:

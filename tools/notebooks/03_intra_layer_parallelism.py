@@ -30,10 +30,10 @@ plots.memory_bars(bars, title="GPT-3 175B, one layer, s=2048, b=1 (predicted)")
 # %% [markdown]
 # ## 1 · Predict
 #
-# The tiny GPT (2 layers, hidden 32, 4 heads) is split over 4 ranks with Megatron 1D.
-# **What share of the one-GPU activation bytes of a layer does each rank keep, without
-# sequence parallelism?** (Think about what stays replicated: the LayerNorm inputs,
-# the inputs of the column-parallel layers, the dropout masks.)
+# The tiny GPT (2 layers, hidden 32, 4 heads, dropout 0) is split over 4 ranks with
+# Megatron 1D. **What share of the one-GPU activation bytes of a layer does each rank
+# keep, without sequence parallelism?** (Think about what stays replicated: the
+# LayerNorm inputs and the inputs of the column-parallel layers.)
 
 # %%
 predicted_act_share_tp4 = None  # a fraction, e.g. 0.25
@@ -55,10 +55,15 @@ print(report.megatron_table({k: v for k, v in results.items() if k.startswith("t
 # ## 3 · Explain
 #
 # `predicted` is labkit's count of what torch runs; `paper` is Korthikanti et al.'s
-# per-layer formula, s·b·h·(10 + 24/t + 5as/(ht)) bytes at 16 bits, here in fp32 with
-# 1-byte masks, and Megatron's 4 all-reduces of b·s·h per layer. The two differ only
-# where the papers leave something out: LayerNorm's mean and 1/std per token, and the
-# collectives of the embedding, the vocabulary-parallel loss and the optimizer step.
+# per-layer formula and Megatron's 4 all-reduces of b·s·h per layer. Korthikanti's
+# s·b·h·(10 + 24/t + 5as/(ht)) bytes is for 16-bit values with 1-byte dropout masks.
+# This run is fp32 (e = 4 bytes per value) with dropout 0, so torch keeps no masks, and
+# the same count reads 4e·sbh (the two LayerNorm inputs and the inputs of the two
+# column-parallel linears, whole on every rank) + 12e·sbh/t (Q, K, V, the projection
+# input, the MLP's inner activations, split) + e·as²b/t (the attention scores); that is
+# the `paper` row. The two differ only where the papers leave something out:
+# LayerNorm's mean and 1/std per token, and the collectives of the embedding, the
+# vocabulary-parallel loss and the optimizer step.
 
 # %%
 assert report.worst_megatron_error(results) == 0
@@ -70,9 +75,10 @@ print("every rank's logits and gradients equal one process's within 1e-5 (absolu
       " without sequence parallelism")
 
 # %% [markdown]
-# Not 1/4: without sequence parallelism, 10 of the 34 s·b·h per layer (LayerNorm and
-# column-layer inputs, dropout masks) stay whole on every rank. With it, they split too
-# (`t=4 +sp` above), which is why Megatron-LM turns it on with tensor parallelism.
+# Not 1/4: without sequence parallelism, the LayerNorm inputs and the inputs of the
+# column-parallel linears (4e·sbh of the count above; with dropout, the masks too) stay
+# whole on every rank. With it, they split too (`t=4 +sp` above), which is why
+# Megatron-LM turns it on with tensor parallelism.
 #
 # ## 4 · Beyond 1D: 2D, 2.5D and 3D, written by hand
 #
@@ -87,7 +93,8 @@ predicted_least_activations = None  # "1d", "2.5d" or "3d"
 
 # %% [markdown]
 # One MLP block (Linear h→4h, GeLU, Linear 4h→h), forward and backward, on 4 and on 8
-# real processes (measured), beside labkit's count of the same algorithm (predicted):
+# real processes (measured), beside labkit's count of the same algorithm (predicted).
+# Bytes per device, fp32; `calls` counts collectives:
 
 # %%
 runs4 = multidim.run_modes(4, [{"mode": "1d"}, {"mode": "2d"}])
@@ -96,14 +103,24 @@ print(report.multidim_table(runs4 + runs8))
 assert report.worst_multidim_error(runs4 + runs8) == 0
 assert all(err < 1e-5 for ranks in runs4 + runs8 for err in multidim.max_error(ranks).values())
 print("every mode's Y, dX, dW and db equal the unsplit computation within 1e-5 (absolute)")
+block = runs8[0][0]
+one_device = costs.single_device(block["block"], block["batch"], block["hidden"], block["ffn"]).activation_bytes
 print(f"you said {predicted_least_activations}; activation bytes per device on 8 devices (measured):",
-      ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,}" for r in runs8))
+      ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,} B" for r in runs8),
+      f"of the block's {one_device:,} B on one device (predicted)")
 
 # %% [markdown]
-# 2.5D with d = 2, q = 2 and 3D with q = 2 tie: 1/(d·q²) = 1/q³ = 1/8 of one device's
-# activations, against 1D's full copy. Their scaling is the published one (Colossal-AI's
-# tables of the four modes): weights per device 1/P, 1/q², 1/q², 1/q³ and activations 1, 1/q², 1/(dq²), 1/q³ of one
-# device's (computed by labkit's count, which the runs above match byte for byte):
+# All byte columns above are bytes (B) per device for the whole MLP block, fp32. 2.5D
+# with d = 2, q = 2 and 3D with q = 2 tie: 1/(d·q²) = 1/q³ = 1/8 of the block's
+# activations on one device. 1D keeps more: its split parts shrink by 1/P, but the
+# block's input X stays whole on every device.
+#
+# The published scaling (Colossal-AI's tables of the four modes) is stated for **one
+# linear layer** Y = XW + b, not for the MLP block, and its activation column is that
+# layer's input X: weights per device 1/P, 1/q², 1/q², 1/q³ and activations 1, 1/q²,
+# 1/(dq²), 1/q³ of one device's. For 1D the "1" is exactly the replicated X. The table
+# below is labkit's count for that single linear layer (the MLP's first, the one the
+# runs above start with) beside the published ratios:
 
 # %%
 print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]))
@@ -116,19 +133,27 @@ print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d
 # ## 5 · Scale: which mode wins, and where
 #
 # One GPT-3 175B MLP block (h = 12,288, b·s = 2,048 tokens, 16-bit) on A100s: compute
-# time per device at half of peak beside the fastest mode's communication over NVLink,
-# PCIe 4 and InfiniBand HDR (predicted by labkit's count and the alpha-beta link model):
+# time per device at half of peak beside the fastest mode's communication (predicted by
+# labkit's count and the alpha-beta link model), in one column for a group on NVLink and
+# in one for a group whose every hop crosses InfiniBand HDR. NVLink joins only the 8
+# GPUs of one DGX A100 server (its NVLink domain, from the catalogue): a 16- or 64-GPU
+# group spans servers, and its ring runs at the speed of its slowest hop, the
+# InfiniBand link between servers, so those cells are costed on `ib-hdr`.
 
 # %%
-links = [hardware.link(n) for n in ("nvlink3", "pcie4-x16", "ib-hdr")]
-print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, hardware.gpu("A100-80GB")))
+a100, ib = hardware.gpu("A100-80GB"), hardware.link("ib-hdr")
+links = [hardware.link("nvlink3"), ib]
+print(f"{a100.name}: NVLink domain of {a100.nvlink_domain_gpus} GPUs")
+print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, a100, ib))
 
 # %% [markdown]
-# Over NVLink, communication is a few per cent of compute at any degree; over PCIe or
-# InfiniBand it catches up with compute around 16 devices and passes it beyond. This is
-# the seed's rule of thumb made visible: **tensor parallelism inside an NVLink group,
-# pipeline parallelism (one activation per micro-batch per stage boundary) across the
-# slower links.**
+# Inside one NVLink domain (up to 8 GPUs) communication is a few per cent of compute.
+# Over InfiniBand it is a large share already at 8 GPUs, and past the domain, where
+# NVLink no longer reaches, it exceeds compute: at 16 and 64 devices the GPUs wait
+# longer than they compute. This is what Narayanan et al. (SC 2021, section 3.3,
+# Takeaway #1) conclude from their runs: **tensor parallelism up to the GPUs of one
+# server, pipeline parallelism (one activation per micro-batch per stage boundary)
+# across servers.**
 #
 # 1D wins every cell here because a GPT-3 block's weights (h × 4h) are larger than its
 # activations at 2,048 tokens, and the grid modes move weight blocks. With many tokens
@@ -136,8 +161,9 @@ print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, hardware.
 # micro-batches) the activations dominate, and the grid modes, which split them, win:
 
 # %%
-print(report.winners([8, 16, 64], links, 65536, 1024, 4 * 1024, hardware.gpu("A100-80GB")))
-#
+print(report.winners([8, 16, 64], links, 65536, 1024, 4 * 1024, a100, ib))
+
+# %% [markdown]
 # ## 6 · Break it
 #
 # The grid modes do not run on every device count, and Megatron cannot split a head in
@@ -157,9 +183,10 @@ for bad in (lambda: costs.check("2d", 8, 64, 64, 256), lambda: costs.check("3d",
 #
 # ## 7 · Design: pick a mode
 #
-# Mode, device count, hidden size, tokens per micro-batch and link (predicted). Find the
-# mode with the least communication on 16 devices over PCIe; then the one with the least
-# memory. Are they the same?
+# Mode, device count, hidden size, tokens per micro-batch, the link inside a server and
+# the link between servers (predicted; NVLink reaches 8 GPUs, larger groups cross the
+# link between servers). Find the mode with the least communication on 16 devices;
+# then the one with the least memory. Are they the same?
 
 # %% tags=["nbval-ignore-output"]
 TensorParallelPanel(mode="2d", devices=16, hidden=12288, batch=2048, link="nvlink3")
