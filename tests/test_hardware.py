@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -301,3 +302,61 @@ def test_roofline_time_is_at_least_each_bound(flops: float, nbytes: float, name:
     assert t >= flops / device.peak_flops[dtype]
     assert t >= nbytes / device.memory_bandwidth
     assert math.isclose(t, max(flops / device.peak_flops[dtype], nbytes / device.memory_bandwidth))
+
+
+HOST = """
+[[host]]
+name = "box"
+cpu = "Some CPU"
+sockets = 1
+cores = 16
+tdp_w = 170
+source = "a spec page (2024)"
+gpus = ["MyGPU"]
+gpu_slots = 1
+dram_gb = 128
+dram = "DDR5-4800"
+dram_channels = 2
+dram_source = "the board's manual"
+nvme = "nvme"
+nvme_drives = 1
+nvme_source = "one drive"
+"""
+
+
+def test_every_gpu_has_a_host_with_sourced_dram_and_drives(cat: hw.Catalogue) -> None:
+    for g in cat.gpus:
+        hosts = cat.hosts_for(g.name)
+        assert hosts, g.name
+        h = hosts[0]
+        assert h.dram_bytes > 0 and h.nvme_drives > 0 and cat.tier(h.nvme).kind == "ssd" and h.source.strip()
+    dgx = cat.host("dgx-a100-host")
+    assert (dgx.dram_bytes, dgx.nvme_drives, dgx.network, dgx.network_ports) == (2048e9, 8, "ib-hdr", 8)
+    ws = cat.hosts_for("RTX-4090")[0]
+    assert ws.kind == "workstation" and ws.gpu_slots == 1 and ws.network == "" and ws.nvme_drives == 1
+    assert ws.dram_bandwidth(cat.tier(ws.dram)) == pytest.approx(2 * 38.4e9)  # two DDR5-4800 channels
+
+
+def test_a_users_host_loads(tmp_path: Path) -> None:
+    cat = hw.load_catalogue(write(tmp_path, MINIMAL + HOST))
+    box = cat.host("box")
+    assert box.gpus == ("MyGPU",) and box.dram_bytes == 128e9 and box.nvme == "nvme" and box.network == ""
+    assert cat.hosts_for("mine") == [box]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('gpus = ["MyGPU"]', 'gpus = ["B300"]', "host 'box': gpus must be one of MyGPU (got 'B300')"),
+    ('dram = "DDR5-4800"', 'dram = "HBM9"', "host 'box': dram must be one of DDR5-4800 (got 'HBM9')"),
+    ('nvme_source = "one drive"\n', "", "host 'box': nvme_source must be a non-empty string (missing)"),
+    ("nvme_drives = 1", "nvme_drives = 1.5", "host 'box': nvme_drives must be a whole number"),
+    ('cpu = "Some CPU"', 'cpu = "Some CPU"\nkind = "mainframe"', "host 'box': kind must be one of server"),
+])
+def test_bad_hosts_name_the_field(tmp_path: Path, old: str, new: str, message: str) -> None:
+    with pytest.raises(LabkitError, match=re.escape(message)):
+        hw.load_catalogue(write(tmp_path, MINIMAL + HOST.replace(old, new)))
+
+
+def test_split_modules_keep_the_old_imports() -> None:
+    from labkit.hardware import GB, Cluster, Device, Host, Link, Tier, gpu, link, tier, transfer_time  # noqa: F401
+
+    assert hw.Device is Device and hw.GB == 1e9
