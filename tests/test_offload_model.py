@@ -57,14 +57,14 @@ def test_bad_input_names_the_field() -> None:
 
 
 def test_offload_modules_use_it() -> None:
-    from labkit.offload import budget, zero_infinity, zero_offload
+    from labkit.offload import budget, infinity_scale, zero_infinity, zero_offload
 
     p, pb = 1_000_000, 800_000
     io = zero_infinity.io_bytes_per_step(p, pb)
     lab = om.ZERO_INFINITY_LAB
     assert io["read"] == pytest.approx(lab.nvme_read_bytes_per_param(pb / p) * p)
     assert io["write"] == lab.nvme_write_bytes_per_param() * p
-    assert zero_infinity.dgx2_fit().bytes_per_param == om.ZERO_INFINITY.nvme_bytes_per_param
+    assert infinity_scale.dgx2_fit().bytes_per_param == om.ZERO_INFINITY.nvme_bytes_per_param
     assert zero_offload.offload_bytes_per_step(p) == om.ZERO_OFFLOAD.link_bytes_per_param() * p
     assert zero_offload.ADAM_BYTES_PER_PARAM == om.ZERO_OFFLOAD.step_bytes_per_param()
     assert budget.BYTES_PER_PARAM == om.ZERO3.gpu_bytes_per_param(1)

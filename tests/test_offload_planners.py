@@ -83,10 +83,44 @@ def test_search_fits_wherever_vdnn_fits(pressured):
     assert found.best.result.peak_bytes <= m.capacity_bytes
 
 
-def test_flashneuron_offload_grows_batch():
-    r = flashneuron.compare(model_shape("gpt2-medium"), 1024, slack=1e9)
+def test_flashneuron_offload_grows_batch_only_past_its_rule():
+    shape = model_shape("gpt2-medium")
+    r = flashneuron.compare(shape, 1024, slack=1e9)
     assert r.batch_offload > r.batch_no_offload >= 1
     assert "12.4-14.0x" in r.published
+    ruled = flashneuron.compare(shape, 1024)  # the rule at its own setting: nothing hides, so no batch gained
+    assert ruled.slack == 0.1 and ruled.overhead <= 0.1
+    assert flashneuron.hiding(shape, 1024, ruled.batch_no_offload).share < 0.1
+    assert ruled.batch_offload == ruled.batch_no_offload
+    sweep = flashneuron.slack_sweep(shape, 1024, (0.1, 3.0, 10.0))
+    assert [x.batch_offload for x in sweep] == sorted(x.batch_offload for x in sweep)
+    assert all(x.overhead <= x.slack + 1e-9 for x in sweep)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 7])
+def test_flashneuron_hiding_share_does_not_depend_on_batch(batch):
+    shape = model_shape("gpt2-xl")
+    one, many = flashneuron.hiding(shape, 1024, 1), flashneuron.hiding(shape, 1024, batch)
+    assert many.share == pytest.approx(one.share)
+    assert many.act_bytes == pytest.approx(batch * one.act_bytes)
+    assert 0 < one.share <= 1 and one.needed_bps > one.write_bps  # nothing near all of it hides on one SSD
+    wide = flashneuron.hiding(model_shape("gpt3-175b"), 1024, 1)
+    assert wide.share > one.share  # compute grows with h^2, activations with h
+    with pytest.raises(LabkitError, match="batch"):
+        flashneuron.hiding(shape, 1024, 0)
+
+
+def test_greedy_is_largest_first_and_fits(pressured):
+    ops, m = pressured
+    g = swapadvisor.greedy(ops, m)
+    assert g.fits and g.result.peak_bytes <= m.capacity_bytes
+    assert all(g.plan.sync)
+    swapped = [o.act_bytes for o, s in zip(ops, g.plan.swap, strict=True) if s]
+    kept = [o.act_bytes for o, s in zip(ops, g.plan.swap, strict=True) if not s]
+    assert swapped and min(swapped) >= max(kept)
+    assert swapadvisor.greedy(ops, m) == g
+    with pytest.raises(LabkitError, match="ops"):
+        swapadvisor.greedy([], m)
 
 
 def test_mobius_moves_fewer_bytes():

@@ -52,8 +52,9 @@ def scaled_capacity(gpu: str, real_params: float, tiny_state_bytes: int,
                     bytes_per_param: int = BYTES_PER_PARAM) -> int:
     """The budget that makes the tiny model as tight as ``real_params`` on ``gpu``.
 
-    capacity = gpu memory * tiny model states / real model states. A 4B model
-    (64 GB of states) on an 80 GB A100 leaves 20% for activations; so does the budget.
+    capacity = gpu memory * tiny model states / real model states, the GPU's memory being its true
+    capacity (``Device.memory_bytes``: an "80 GB" A100 holds 80 GiB = 85.9e9 B). A 4bn-parameter
+    model (64e9 B of states) on it leaves 25% for activations; so does the budget.
     """
     require_positive("real_params", real_params, integer=False)
     require_positive("tiny_state_bytes", tiny_state_bytes)

@@ -20,10 +20,12 @@ Bytes must agree exactly: both count every saved storage once out and once back.
 Seconds and peaks are figures to look at, not to assert. The replay moves each storage as
 vDNN does (one op per storage, a layer's measured seconds shared among its storages by
 bytes: only layer boundaries are timed), with a fixed cost per copy and per file measured
-apart from the run; what it leaves out is vDNN's own software cost (the saved-tensor hooks,
-the hand-off to the prefetch thread), and on a shared machine the prefetch thread competes
-with compute for the cores. The gap between the two added times is that cost. Wall-clock
-figures vary run to run; a notebook shows them marked as ignored.
+apart from the run. What that replay leaves out is vDNN's own software cost (the saved-tensor
+hooks, the bookkeeping, the hand-off to the prefetch thread, which on a shared machine
+competes with compute for the cores): ``overhead.software_cost`` measures it with copies that
+move no bytes, and a second replay adds it, shared equally among the offloaded tensors, to
+their forward and backward (``Row.calibrated_added_s``). Wall-clock figures vary run to run;
+a notebook shows them marked as ignored.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from labkit.model import GPTConfig
 from labkit.offload.budget import model_state_bytes
 from labkit.offload.disk import DiskBandwidth, DiskStore, MiB, measure_disk
 from labkit.offload.iteration import Machine, Op, Plan, Result, simulate_iteration
+from labkit.offload.overhead import SoftwareCost, software_cost
 from labkit.offload.trace import Trace, trace_step
 from labkit.offload.vdnn import Offloader, offloaded_forward_backward
 from labkit.train import TrainConfig, Trainer, seed_everything
@@ -63,6 +66,7 @@ class Row:
     simulated_added_s: float  # simulated step - compute-only step
     measured_peak_bytes: int  # model states + saved activations on the budgeted device
     simulated_peak_bytes: float
+    calibrated_added_s: float = 0.0  # simulated, with the measured software cost as a term of each op
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,13 @@ class Calibration:
     states_bytes: int  # model states, resident throughout (16 bytes per parameter)
     ops: tuple[Op, ...]
     rows: tuple[Row, ...]
+    software: SoftwareCost | None = None  # the offloader's own cost, measured with no bytes moved
 
     def table(self) -> list[dict[str, float | str]]:
         """Rows for a notebook: bytes, seconds (ms) and peaks (bytes), measured beside simulated."""
         return [{"store": r.store, "bytes measured": r.measured_bytes, "bytes simulated": r.simulated_bytes,
                  "added ms measured": 1e3 * r.measured_added_s, "added ms simulated": 1e3 * r.simulated_added_s,
+                 "added ms simulated + software": 1e3 * r.calibrated_added_s,
                  "peak B measured": r.measured_peak_bytes, "peak B simulated": r.simulated_peak_bytes}
                 for r in self.rows]
 
@@ -117,6 +123,13 @@ def storage_ops(trace: Trace, per_op: dict[str, tuple[float, float]]) -> list[Op
             share = e.nbytes / sizes[name]
             ops.append(Op(f"{name}#{e.index}", f * share, b * share, float(e.nbytes)))
     return ops
+
+
+def with_software(ops: list[Op], cost: SoftwareCost) -> list[Op]:
+    """``ops`` with the measured software cost shared equally among the ops that save bytes (one per tensor)."""
+    n = sum(o.act_bytes > 0 for o in ops) or 1
+    f, b = cost.forward_s / n, cost.backward_s / n
+    return [replace(o, fwd_s=o.fwd_s + f, bwd_s=o.bwd_s + b) if o.act_bytes > 0 else o for o in ops]
 
 
 def _median_time(fn: Callable[[], object], repeats: int) -> float:
@@ -251,12 +264,14 @@ def calibrate(stores: tuple[str, ...] = STORES, repeats: int = 3, root: str | No
     ssd: Tier = replace(tier("NVMe-PCIe4"), name="this disk (measured)", read_bandwidth=disk.read_bps,
                         write_bandwidth=disk.write_bps, latency_s=file_s, source=disk.summary())
     m = Machine(float(states + sum(sizes.values())), float(states), link, ssd)
+    sw = software_cost(trainer, trace, max(5, repeats))
     rows = []
     for store in stores:
         swap = tuple(o.act_bytes > 0 for o in ops)
         plan = Plan(swap, (AHEAD,) * len(ops), "host" if store == "dram" else "disk", "direct", True)
         sim: Result = simulate_iteration(ops, m, plan)
+        cal = simulate_iteration(with_software(ops, sw), m, plan)
         moved, step_s, peak = _measured(trainer, trace, store, root, repeats)
         rows.append(Row(store, moved, sim.bytes_moved, step_s - plain_s, sim.time_s - plain_s, peak,
-                        sim.peak_bytes))
-    return Calibration(copy_bps, copy_s, disk, file_s, states, tuple(ops), tuple(rows))
+                        sim.peak_bytes, cal.time_s - plain_s))
+    return Calibration(copy_bps, copy_s, disk, file_s, states, tuple(ops), tuple(rows), sw)

@@ -17,7 +17,20 @@ transformer layers (embedding, final norm, fp32 logits) stay on the device; the
 layer ops are those of ``transformer_ops`` at ``mfu`` of peak; gradients and
 workspace are not modelled; FlashNeuron's compression of offloaded tensors is not
 modelled. The paper's 12.4-14.0x is for its models and a 16 GB V100; the ratio here
-is what this model gives, shown beside it.
+is what this model gives, shown beside it. The MFU is fixed, so a larger batch never runs
+the GPU more efficiently here: the paper's throughput gain, which comes from that (and
+from compression), cannot appear; what the rule buys here is batch size, at a time cost
+of at most ``slack``.
+
+Capacities: ``V100_16GB`` is the card's true 16 GiB (an "16 GB" V100 holds 16 x 2**30 B,
+the lab's convention for GPU memory); ``Report.capacity_gb`` prints it in 1e9 bytes.
+
+Where the rule stops (:func:`hiding`): an activation written out hides behind the forward
+of the layers after it, one read back behind the backward, so at most
+min(forward seconds x write bandwidth, backward seconds x read bandwidth) bytes can move
+without a stall, the bandwidth being the slower of the GPU's PCIe and the SSD. Both the
+compute and the activations grow in proportion to the batch, so that share does not
+depend on the batch: if it is small, no batch gains.
 """
 
 from __future__ import annotations
@@ -32,6 +45,40 @@ from labkit.references import headline
 from labkit.shapes import ModelShape
 
 AHEAD = 2
+V100_16GB = 16 * 2**30  # the paper's card, at its true capacity
+
+
+@dataclass(frozen=True)
+class Hiding:
+    """How much of an iteration's activations can move to the SSD behind compute, for one batch."""
+
+    compute_fwd_s: float
+    compute_bwd_s: float
+    act_bytes: float
+    write_bps: float  # min(PCIe, SSD write): the direct path's speed
+    read_bps: float
+
+    @property
+    def share(self) -> float:
+        """The largest share of the activations whose writes and reads both hide (1.0 = all)."""
+        return min(1.0, self.compute_fwd_s * self.write_bps / self.act_bytes,
+                   self.compute_bwd_s * self.read_bps / self.act_bytes)
+
+    @property
+    def needed_bps(self) -> float:
+        """The direct-path bandwidth at which every activation would hide (write and read)."""
+        return max(self.act_bytes / self.compute_fwd_s, self.act_bytes / self.compute_bwd_s)
+
+
+def hiding(shape: ModelShape, seq: int, batch: int, gpu_name: str = "V100-32GB", disk: str = "NVMe-PCIe4",
+           mfu: float = 0.5) -> Hiding:
+    """Compute seconds and activation bytes of the layers, and the direct path's speed (see the module docstring)."""
+    require_positive("batch", batch)
+    m = _machine(shape, seq, batch, gpu_name, None, disk)
+    ops = transformer_ops(shape, seq, batch, gpu(gpu_name).peak_flops["bf16"], mfu)
+    assert m.disk is not None
+    return Hiding(sum(o.fwd_s for o in ops), sum(o.bwd_s for o in ops), sum(o.act_bytes for o in ops),
+                  min(m.host_link.bandwidth, m.disk.write_bandwidth), min(m.host_link.bandwidth, m.disk.read_bandwidth))
 
 
 @dataclass(frozen=True)
@@ -80,7 +127,7 @@ def _machine(shape: ModelShape, seq: int, batch: int, gpu_name: str, capacity_by
 
 
 def choose_offline(shape: ModelShape, seq: int, batch: int, gpu_name: str = "V100-32GB",
-                   capacity_bytes: float | None = 16e9, disk: str = "NVMe-PCIe4", path: str = "direct",
+                   capacity_bytes: float | None = V100_16GB, disk: str = "NVMe-PCIe4", path: str = "direct",
                    slack: float = 0.1, mfu: float = 0.5) -> Offline:
     """FlashNeuron's offline selection: largest tensors first, each kept only if time stays within the slack."""
     require_positive("batch", batch)
@@ -121,7 +168,7 @@ def largest_batch(fits, limit: int = 4096) -> int:
     return lo
 
 
-def compare(shape: ModelShape, seq: int, gpu_name: str = "V100-32GB", capacity_bytes: float | None = 16e9,
+def compare(shape: ModelShape, seq: int, gpu_name: str = "V100-32GB", capacity_bytes: float | None = V100_16GB,
             disk: str = "NVMe-PCIe4", path: str = "direct", slack: float = 0.1, mfu: float = 0.5) -> Report:
     """Largest batch and throughput without offload and with FlashNeuron's offline offload to the SSD."""
     kw = dict(gpu_name=gpu_name, capacity_bytes=capacity_bytes, disk=disk, path=path, mfu=mfu)
@@ -135,3 +182,9 @@ def compare(shape: ModelShape, seq: int, gpu_name: str = "V100-32GB", capacity_b
                   plain / a.result.time_s if a and a.result else 0.0,
                   off / b.result.time_s if b and b.result else 0.0,
                   b.overhead if b else float("nan"), headline("FlashNeuron")["claim"])
+
+
+def slack_sweep(shape: ModelShape, seq: int, slacks: tuple[float, ...] = (0.1, 0.5, 1.0, 3.0, 10.0),
+                **kw) -> list[Report]:
+    """:func:`compare` at each allowed slowdown: what giving up the rule (hiding behind compute) buys."""
+    return [compare(shape, seq, slack=s, **kw) for s in slacks]

@@ -62,7 +62,8 @@ class OffloadPanel(Panel):
         budget = require_positive("budget GB", self.budget_gb.value, integer=False) * 1e9
         if budget > dev.memory_bytes:
             raise LabkitError(f"budget GB must be at most the memory of the {dev.name}, "
-                              f"{dev.memory_bytes / 1e9:.0f} GB (got {self.budget_gb.value})")
+                              f"{dev.memory_bytes / 1e9:.1f} GB ({dev.memory_bytes / 2**30:.0f} GiB) "
+                              f"(got {self.budget_gb.value})")
         seq = require_positive("sequence", self.seq.value)
         batch = require_positive("micro-batch", self.micro_batch.value)
         resident = sum(model_state_bytes(shape.params, "bf16-mixed").values())

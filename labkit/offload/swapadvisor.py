@@ -14,9 +14,11 @@ memory exceeds the budget, larger than any feasible plan's time (so any plan tha
 The operator order and memory allocation are fixed (program order, no
 fragmentation): SwapAdvisor also searches those.
 
-The heuristic it is compared with is vDNN's (Rhu et al., MICRO 2016): offload
+The heuristics it is compared with: vDNN's (Rhu et al., MICRO 2016): offload
 every activation of a chosen kind in forward, the next layer waiting for the
-offload to finish, and prefetch it one layer ahead.
+offload to finish, and prefetch it one layer ahead; and a greedy rule
+(:func:`greedy`): swap the largest activations first, one at a time, until the
+peak fits, with vDNN's synchronisation, at the best single prefetch distance.
 """
 
 from __future__ import annotations
@@ -78,6 +80,31 @@ def vdnn_plan(ops: list[Op], kind: str = "", target: str = "host", path: str = "
     releases the buffer (Rhu et al., MICRO 2016, section 3).
     """
     return Plan(tuple(kind in o.name for o in ops), (1,) * len(ops), target, path, sync)
+
+
+def greedy(ops: list[Op], m: Machine, target: str = "host", path: str = "direct") -> Scored:
+    """Largest activations swapped first until the peak fits; the best of prefetch distances 1..MAX_AHEAD.
+
+    Synchronised like vDNN (the next forward waits for the swap-out). When no prefix of the
+    largest-first order fits, the plan that swaps everything is returned (scored with its penalty).
+    """
+    if not ops:
+        raise LabkitError("ops must hold at least one operation")
+    scale = penalty_scale(ops, m, target, path)
+    order = sorted(range(len(ops)), key=lambda k: (-ops[k].act_bytes, k))
+    best: Scored | None = None
+    for ahead in range(1, MAX_AHEAD + 1):
+        swap = [False] * len(ops)
+        trial = score(ops, m, Plan(tuple(swap), (ahead,) * len(ops), target, path, True), scale)
+        for i in order:
+            if trial.fits:
+                break
+            swap[i] = True
+            trial = score(ops, m, Plan(tuple(swap), (ahead,) * len(ops), target, path, True), scale)
+        if best is None or trial.score < best.score:
+            best = trial
+    assert best is not None
+    return best
 
 
 def _random_plan(rng: random.Random, n: int, p_swap: float, target: str, path: str) -> Plan:
