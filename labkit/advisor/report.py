@@ -38,7 +38,7 @@ def plans_table(plans: list[Plan] | tuple[Plan, ...], ties: list[Plan] | tuple[P
 
 def breakdown_text(p: Plan) -> str:
     """One plan's step time and memory per GPU by part."""
-    lines = [f"{p.layout.label}: {'fits' if p.feasible else 'does not fit'}: {p.reason}"]
+    lines = [f"{p.layout.label}: {p.reason if p.feasible else 'does not fit: ' + p.reason}"]
     if p.times:
         parts = ", ".join(f"{k} {p.times[k]:,.3g}" for k in TIMES if p.times.get(k))
         lines.append(f"  step {p.step_s:,.4g} s = {parts} (s)")
@@ -83,11 +83,11 @@ def advice_text(a: Advice, top: int = 5) -> str:
     if a.exact is not None:
         lines += ["the layout given, priced as given:", breakdown_text(a.exact), ""]
     ties = a.ties()
-    if a.kept:
+    if a.kept and top:
         lines += [plans_table(a.kept[:top], ties)]
-        if len(ties) > 1:
+        if len(ties) > 1 and top > 1:
             lines.append(f"(tie): within {TIE_WITHIN:.0%} of the best, closer than the model's accuracy")
-    else:
+    elif not a.kept:
         lines.append(f"no plan fits on {a.gpus} x {a.gpu} in {a.limits}")
     if a.gaps:
         lines += ["", "nearest misses, and what would close the gap:"]
