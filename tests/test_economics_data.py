@@ -43,7 +43,7 @@ def test_every_hardware_cost_power_and_energy_figure_has_a_source_and_a_date():
 
 def test_every_grid_figure_has_a_source_and_a_year():
     entries = _entries(ROOT / "datasets" / "grid.toml")
-    assert {s for s, _ in entries} == {"region", "pue", "price"}
+    assert {s for s, _ in entries} == {"region", "pue", "price", "embodied"}
     for _section, entry in entries:
         assert entry["source"].strip() and 1990 <= entry["year"] <= 2100, entry
     figures = grid.load_grid()
@@ -51,6 +51,7 @@ def test_every_grid_figure_has_a_source_and_a_year():
     assert grid.region("France").value == 56 and grid.region("world").value == 481
     assert grid.pue() == 1.58 and grid.pue("hyperscale") < grid.pue()
     assert grid.electricity_usd_per_kwh() == pytest.approx(0.0806)
+    assert grid.embodied_kg_per_gb("ssd") == 0.16 and grid.embodied_kg_per_gb("hdd") == 0.02  # Tannu & Nair 2022
 
 
 def test_regions_span_clean_to_dirty_grids():
@@ -81,7 +82,7 @@ def test_unknown_names_list_the_allowed_values():
         grid.pue("cave")
     with pytest.raises(LabkitError, match="tier must be one of hbm, dram, ssd, hdd"):
         capital.usd_per_gb("tape")
-    with pytest.raises(LabkitError, match="host must be one of dgx-a100-host, dgx-h100-host"):
+    with pytest.raises(LabkitError, match="host must be one of dgx-a100-host, .*dgx-h100-host"):
         hardware.host("laptop")
 
 
@@ -104,22 +105,25 @@ def test_hosts_and_memory_energy_load_from_the_catalogue(tmp_path):
 def test_price_per_gb_orders_the_tiers():
     """HBM (through the GPU's price) costs hundreds of times DRAM per GB, DRAM tens of times SSD, SSD > HDD."""
     hbm, dram, ssd, hdd = (capital.usd_per_gb(k) for k in capital.TIERS)
-    assert hbm == pytest.approx(30000 / 80) and dram == 2.5 and ssd == 0.08 and hdd == 0.018
+    assert hbm == pytest.approx(30000 / (81559 * 2**20 / 1e9))  # the H100's true capacity, 81,559 MiB
+    assert dram == 2.5 and ssd == 0.08 and hdd == 0.018
     assert hbm > 100 * dram > dram > 10 * ssd > ssd > hdd
     assert capital.holding_cost_usd(2e12, "ssd") == pytest.approx(160.0)
     assert capital.gpu_hours(8, 3600) == 8.0
-    assert capital.cloud_usd(8, 7200, "H100-SXM") == pytest.approx(8 * 2 * 3.0)
+    assert capital.cloud_usd(8, 7200, "H100-SXM") == pytest.approx(8 * 2 * 12.29)  # AWS p5.48xlarge / 8
     assert capital.amortised_usd(1000, capital.YEAR_S, lifetime_years=4) == pytest.approx(250)
     with pytest.raises(LabkitError, match="gpu must be one with a cloud_usd_per_hour"):
         capital.cloud_usd(1, 3600, "RTX-4090")
 
 
 def test_ssd_wear_by_hand():
-    w = wear.ssd_wear(2.5 * 1200e12, drives=1)
+    w = wear.ssd_wear(2.5 * 1200e12, drives=1, drive="NVMe-PCIe4")
     assert w.life_used == pytest.approx(2.5) and w.replacements == 2
     assert w.replacement_usd == pytest.approx(2 * 2000 * 0.08)
-    assert wear.ssd_wear(1200e12, drives=1).replacements == 0  # exactly one life: no replacement
-    assert wear.ssd_wear(2 * 1200e12, drives=4).life_used == pytest.approx(0.5)
+    assert wear.ssd_wear(1200e12, drives=1, drive="NVMe-PCIe4").replacements == 0  # one life: no replacement
+    assert wear.ssd_wear(2 * 1200e12, drives=4, drive="NVMe-PCIe4").life_used == pytest.approx(0.5)
+    dgx = wear.ssd_wear(7008e12)  # the default: a DGX's 3.84 TB data drive, 1 DWPD over 5 years
+    assert dgx.drive == "NVMe-U2-3.84TB" and dgx.life_used == pytest.approx(1.0)
     with pytest.raises(LabkitError, match="drive must be one with endurance_tbw"):
         wear.ssd_wear(1.0, drive="hdd")
     with pytest.raises(LabkitError, match="drives must be a positive integer"):

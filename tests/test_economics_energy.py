@@ -49,12 +49,12 @@ def test_units_joules_kwh_and_pue():
     assert grid.carbon_kg(3.6e6 * 1000, 500) == pytest.approx(500.0)  # 1 MWh at 500 g/kWh = 500 kg
 
 
-def test_dram_energy_from_the_catalogue_agrees_with_horowitz():
-    """Active power / bandwidth of DDR5 (catalogue) against Horowitz's 640 pJ per 32-bit DRAM read."""
+def test_dram_energy_from_the_catalogue_agrees_with_han_et_al():
+    """Active power / bandwidth of DDR5 (catalogue) against Han et al.'s 640 pJ per 32-bit DRAM read."""
     per_bit = energy.tier_j_per_bit(hardware.tier("DDR5-4800"))
     assert per_bit == pytest.approx(640e-12 / 32, rel=0.1)
     assert energy.dram_read_over_fma() == pytest.approx(640 / 4.6)
-    assert energy.horowitz_pj()["fp32_multiply"] == 3.7
+    assert energy.han_pj()["fp32_multiply"] == 3.7
 
 
 def test_average_power_and_movement():

@@ -69,3 +69,38 @@ def test_unknown_values_name_the_field():
         EconomicsPanel(region="mars")
     with pytest.raises(Exception, match="gpu must be one of"):
         EconomicsPanel(gpu="RTX-4090")
+
+
+def test_gpu_count_and_batch_controls():
+    p = EconomicsPanel(model="llama2-7b", tokens_billion=20.0)
+    fewest = {s: r.gpus for s, r in p.runs.items()}
+    p.gpus.value = 8
+    assert all(r.gpus == max(8, fewest[s]) for s, r in p.runs.items())
+    big = p.runs["ssd-offload"].plan.stall_s
+    p.batch.value = 32.0
+    assert p.runs["ssd-offload"].plan.stall_s > big and p.runs["ssd-offload"].plan.sequences_per_step == 8
+    for control, value, message in (("gpus", -1, "GPUs, at least must be a whole number, 0 or more"),
+                                    ("batch", 0.0, "batch (k tokens) must be a positive number")):
+        getattr(p, control).value = value
+        assert p.runs is None and message in p.message.value
+        getattr(p, control).value = 8 if control == "gpus" else 32.0
+
+
+def test_design_task_has_a_solution_on_the_panel():
+    """Notebook 07's task: a panel setting where SSD offload emits no more carbon than all in HBM.
+
+    The search moves only the panel's own controls (model, GPU, GPU floor, batch) and reads the
+    panel's result and its message, as a learner would.
+    """
+    p = EconomicsPanel(tokens_billion=100.0)
+    found = []
+    for model in ("llama2-70b", "gpt3-175b"):
+        for gpu in ("H100-SXM", "A100-80GB", "H200"):
+            for gpus in (0, 8):
+                for batch in (32.0, 4096.0):
+                    p.model.value, p.gpu.value, p.gpus.value, p.batch.value = model, gpu, gpus, batch
+                    if p.runs is not None and p.runs["ssd-offload"].kg_co2 <= p.runs["hbm"].kg_co2:
+                        assert "(no more than)" in p.message.value
+                        found.append((model, gpu, gpus, batch))
+    assert found, "no panel setting has SSD offload at or below HBM's carbon"
+    assert ("gpt3-175b", "H100-SXM", 0, 32.0) in found  # the one the notebook names

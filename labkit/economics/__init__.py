@@ -3,7 +3,7 @@
 * ``grid``: carbon intensity of a few grids, data-centre PUE and an electricity price, as data
   (``datasets/grid.toml``), and kWh / kg CO2 conversions;
 * ``capital``: $/GB per tier (HBM through the GPU's price), GPU-hours, cloud and owned dollars;
-* ``energy``: device power x time and data movement (pJ/bit per tier and link, Horowitz's table),
+* ``energy``: device power x time and data movement (pJ/bit per tier and link, Han et al.'s 45 nm table),
   and the energy of one training step as a sum of named parts;
 * ``wear``: SSD bytes written against rated endurance (TBW);
 * ``strategies``: all in HBM (ZeRO-3), DRAM offload (ZeRO-Offload), SSD offload (ZeRO-Infinity):

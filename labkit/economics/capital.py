@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from labkit import hardware
-from labkit.errors import LabkitError, require_choice
+from labkit.errors import LabkitError, read_toml, require_choice
 
 GB = 1e9
 HOUR_S = 3600.0
@@ -48,6 +49,31 @@ def usd_per_gb(kind: str, name: str | None = None) -> float:
     if tier.kind != kind:
         raise LabkitError(f"{kind} tier must be one of {', '.join(cat.tier_names(kind))} (got {tier.name!r})")
     return tier.price_usd_per_gb
+
+
+def usd_per_gb_basis(kind: str) -> str:
+    """What ``usd_per_gb(kind)`` is the price of, in words (HBM: the whole GPU over its memory)."""
+    require_choice("tier", kind, TIERS)
+    return {"hbm": "whole GPU price / its memory", "dram": "DIMM street price", "ssd": "drive street price",
+            "hdd": "drive street price"}[kind]
+
+
+@dataclass(frozen=True)
+class CloudPrice:
+    """One GPU's on-demand price per GPU-hour, with the date and the source the catalogue gives."""
+
+    gpu: str
+    usd_per_hour: float
+    date: str
+    source: str
+
+
+def cloud_prices() -> list[CloudPrice]:
+    """Every GPU with a cloud price, with its ``cloud_price_date`` and ``cloud_price_source`` from the catalogue."""
+    raw = {e["name"]: e for e in read_toml(hardware.DEFAULT_PATH, "hardware catalogue").get("gpu", [])}
+    return [CloudPrice(g.name, g.cloud_usd_per_hour, str(raw[g.name].get("cloud_price_date", "")),
+                       str(raw[g.name].get("cloud_price_source", "")))
+            for g in hardware.load_catalogue().gpus if g.cloud_usd_per_hour is not None and g.name in raw]
 
 
 def holding_cost_usd(nbytes: float, kind: str, name: str | None = None) -> float:

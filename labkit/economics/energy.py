@@ -8,7 +8,8 @@ Two ways to count joules, both used here:
 * data movement: bytes x 8 x joules per bit, per tier and link. Links and HBM take
   their pJ/bit from the hardware catalogue; DRAM and SSD take active power over
   streaming bandwidth (W / (B/s) = J/B), which for DDR5-4800 gives about 20 pJ/bit,
-  the figure Horowitz's table gives for a DRAM access (ISSCC 2014: 640 pJ per 32 bits).
+  the figure Han et al.'s table gives for a DRAM access (NeurIPS 2015, Table 1, after Horowitz,
+  ISSCC 2014: 640 pJ per 32-bit read at 45 nm).
 
 The GPU's board power already includes its HBM, so the ``compute`` part is the board
 energy less the HBM traffic energy: the parts add up to what the machines draw, and
@@ -81,14 +82,17 @@ def tier_j_per_bit(tier: hardware.Tier, direction: str = "read") -> float:
     return tier.power_watts / (8 * bandwidth)
 
 
-def horowitz_pj() -> dict[str, float]:
-    """Horowitz's 45 nm energies (ISSCC 2014), pJ: fp32 add and multiply, 8 KB SRAM and DRAM 32-bit reads."""
+def han_pj() -> dict[str, float]:
+    """45 nm energies, pJ: fp32 add and multiply, 32-bit reads of an 8 KB SRAM and of DRAM.
+
+    Han et al., Learning both Weights and Connections, NeurIPS 2015, Table 1 (after Horowitz, ISSCC 2014,
+    whose own table gives 64-bit cache and DRAM accesses)."""
     return {k: float(v) for k, v in section("energy_pj").items() if k != "source"}
 
 
 def dram_read_over_fma() -> float:
-    """How many fp32 multiply-adds one 32-bit DRAM read costs: 640 / (0.9 + 3.7), about 139 (Horowitz 2014)."""
-    pj = horowitz_pj()
+    """How many fp32 multiply-adds one 32-bit DRAM read costs: 640 / (0.9 + 3.7), about 139 (Han et al. 2015)."""
+    pj = han_pj()
     return pj["dram_read_32bit"] / (pj["fp32_add"] + pj["fp32_multiply"])
 
 

@@ -15,7 +15,7 @@ def _co2_kg_per_mwh(region: str = "france") -> float:
 
 
 def _ssd_lives(params: float = 7e9, bytes_per_param: float = 16.0, steps: int = 10_000) -> float:
-    return wear.ssd_wear(params * bytes_per_param * steps).life_used
+    return wear.ssd_wear(params * bytes_per_param * steps, drive="NVMe-U2-3.84TB").life_used
 
 
 register("07.hbm_over_ssd", Exercise(
@@ -26,7 +26,7 @@ register("07.hbm_over_ssd", Exercise(
     lambda: f"About {_hbm_over_ssd():,.0f}x: capacity is cheap far from the GPU, bandwidth is not.",
 ))
 register("07.dram_read_fmas", Exercise(
-    "Horowitz (45 nm): how many fp32 multiply-adds cost the energy of one 32-bit DRAM read?",
+    "Han et al. 2015 (45 nm, after Horowitz): how many fp32 multiply-adds cost the energy of one 32-bit DRAM read?",
     energy.dram_read_over_fma,
     0.05,
     "640 pJ for the DRAM read; 3.7 pJ for the multiply plus 0.9 pJ for the add.",
@@ -40,10 +40,10 @@ register("07.co2_france", Exercise(
     lambda: f"{_co2_kg_per_mwh():.0f} kg, against {_co2_kg_per_mwh('world'):.0f} kg at the world average.",
 ))
 register("07.ssd_lives", Exercise(
-    "Fractions of one NVMe drive's rated endurance (catalogue TBW) used by writing 16 bytes per parameter per "
-    "step for 10,000 steps of a 7-billion-parameter model?",
+    "Fractions of one 3.84 TB enterprise NVMe drive's rated endurance (1 drive write per day for 5 years) used "
+    "by writing 16 bytes per parameter per step for 10,000 steps of a 7-billion-parameter model?",
     _ssd_lives,
     0.02,
-    "bytes written = 7e9 x 16 x 10,000; divide by the drive's endurance in bytes (endurance_tbw x 1e12).",
+    "bytes written = 7e9 x 16 x 10,000; endurance = 1 x 3,840 GB x 365 x 5 (in bytes); divide.",
     lambda: f"{_ssd_lives():.2f} drive lifetimes: offload to SSD wears drives out, so spread it over many.",
 ))

@@ -1,6 +1,7 @@
 """Electricity as data: grid carbon intensity, data-centre PUE and a price, from ``datasets/grid.toml``.
 
-Carbon of a run = facility energy (kWh) x the grid's intensity (gCO2e per kWh);
+The file also holds the embodied carbon of storage (kg CO2e per GB manufactured, from
+published life-cycle assessments). Carbon of a run = facility energy (kWh) x the grid's intensity (gCO2e per kWh);
 facility energy = IT energy x PUE (The Green Grid, PUE: a comprehensive examination
 of the metric, 2012). Intensities are Ember's lifecycle yearly averages; each entry
 keeps its source and year, because these figures move every year.
@@ -18,17 +19,17 @@ from labkit.errors import LabkitError, read_toml
 
 GRID_FILE = Path(__file__).resolve().parent.parent.parent / "datasets" / "grid.toml"
 J_PER_KWH = 3.6e6  # 1 kWh = 1000 W x 3600 s
-_KEYS = {"region": "g_co2_per_kwh", "pue": "pue", "price": "usd_per_kwh"}
+_KEYS = {"region": "g_co2_per_kwh", "pue": "pue", "price": "usd_per_kwh", "embodied": "kg_co2_per_gb"}
 
 
 @dataclass(frozen=True)
 class Figure:
     """One named figure of the grid file (an intensity, a PUE or a price) with its source and year."""
 
-    kind: str  # "region", "pue" or "price"
+    kind: str  # "region", "pue", "price" or "embodied"
     name: str
     aliases: tuple[str, ...]
-    value: float  # gCO2e/kWh, PUE, or USD/kWh
+    value: float  # gCO2e/kWh, PUE, USD/kWh, or kg CO2e per GB of storage made
     year: int
     source: str
     note: str = ""
@@ -78,7 +79,7 @@ def names(kind: str, path: str | None = None) -> list[str]:
 
 def figure(kind: str, name: str, path: str | None = None) -> Figure:
     """A figure by name or alias (case-insensitive); a miss names the field and lists the names."""
-    field = {"region": "region", "pue": "pue", "price": "electricity price"}[kind]
+    field = {"region": "region", "pue": "pue", "price": "electricity price", "embodied": "embodied tier"}[kind]
     for f in load_grid(path):
         if f.kind == kind and _norm(name) in {_norm(n) for n in (f.name, *f.aliases)}:
             return f
@@ -98,6 +99,11 @@ def pue(name: str = "industry-average") -> float:
 def electricity_usd_per_kwh(name: str = "us-industrial") -> float:
     """An electricity price by name, USD per kWh."""
     return figure("price", name).value
+
+
+def embodied_kg_per_gb(tier: str) -> float:
+    """kg CO2e to manufacture one GB (1e9 bytes) of ``tier`` ("ssd", "hdd"), from a published LCA."""
+    return figure("embodied", tier).value
 
 
 def joules_to_kwh(joules: float) -> float:

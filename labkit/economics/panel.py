@@ -1,6 +1,8 @@
-"""The design widget of notebook 07: model, tokens, GPU, strategy, electricity price, grid -> time, $, kWh, CO2, wear.
+"""The design widget of notebook 07: model, tokens, GPU, GPU count, batch, strategy, price, grid -> costs.
 
-Every change recosts the three strategies with ``labkit.economics.run.compare`` and draws one
+The GPU count is a floor: each strategy gets at least that many GPUs, and more where its
+states need them (0: as few as hold them). The batch sets how much compute each step has to
+hide its transfers behind. Every change recosts the three strategies with ``labkit.economics.run.compare`` and draws one
 bar chart per metric (days, rented dollars, facility MWh, tonnes CO2e, SSD lifetimes used), the
 chosen strategy in red. The message gives the chosen strategy's figures. Bad input (no tokens,
 a negative price, an unknown region) shows the message naming the field, never a traceback.
@@ -15,7 +17,7 @@ from matplotlib.figure import Figure
 from labkit import hardware
 from labkit.economics import grid
 from labkit.economics.run import RunCost, compare
-from labkit.economics.strategies import STRATEGIES
+from labkit.economics.strategies import BATCH_TOKENS, STRATEGIES
 from labkit.errors import LabkitError, require_choice
 from labkit.shapes import model_names, model_shape
 from labkit.widgets import Panel, fit_html
@@ -35,19 +37,30 @@ def panel_gpus() -> list[str]:
             if g.cloud_usd_per_hour is not None and g.memory_energy_j_per_bit is not None]
 
 
+def ssd_against_hbm(runs: dict[str, RunCost]) -> str:
+    """The design task's yardstick: SSD offload's carbon beside all-in-HBM's."""
+    ssd, hbm = runs["ssd-offload"].kg_co2, runs["hbm"].kg_co2
+    if hbm == 0:
+        return "no carbon on this grid"
+    verdict = "no more than" if ssd <= hbm else "more than"
+    return f"SSD offload emits {ssd / hbm:.3f}x the carbon of all in HBM ({verdict})"
+
+
 class EconomicsPanel(Panel):
     """Three ways to train one model on a token budget, costed in time, money, energy, carbon and SSD wear."""
 
     def __init__(self, model: str = "llama2-7b", tokens_billion: float = 1000.0, gpu: str = "H100-SXM",
                  strategy: str = "dram-offload", usd_per_kwh: float | None = None, region: str = "world",
-                 g_co2_per_kwh: float = 400.0) -> None:
+                 g_co2_per_kwh: float = 400.0, gpus: int = 0, batch_k_tokens: float = BATCH_TOKENS / 1024) -> None:
         st = self.STYLE
         regions = [*grid.names("region"), CUSTOM]
-        gpus = panel_gpus()
+        choices = panel_gpus()
         self.model = w.Dropdown(options=model_names(), value=model_shape(model).name, description="model", style=st)
         self.tokens = w.FloatText(value=tokens_billion, description="tokens (1e9)", style=st)
-        self.gpu = w.Dropdown(options=gpus, value=require_choice("gpu", hardware.gpu(gpu).name, gpus),
+        self.gpu = w.Dropdown(options=choices, value=require_choice("gpu", hardware.gpu(gpu).name, choices),
                               description="GPU", style=st)
+        self.gpus = w.IntText(value=gpus, description="GPUs, at least (0: fewest)", style=st)
+        self.batch = w.FloatText(value=batch_k_tokens, description="batch (k tokens)", style=st)
         self.strategy = w.Dropdown(options=list(STRATEGIES), value=require_choice("strategy", strategy, STRATEGIES),
                                    description="strategy", style=st)
         price = grid.electricity_usd_per_kwh() if usd_per_kwh is None else usd_per_kwh
@@ -56,7 +69,8 @@ class EconomicsPanel(Panel):
                                  description="grid", style=st)
         self.intensity = w.FloatText(value=g_co2_per_kwh, description="custom gCO2/kWh", style=st)
         self.runs: dict[str, RunCost] | None = None
-        self._wire([self.model, self.tokens, self.gpu, self.strategy, self.price, self.region, self.intensity])
+        self._wire([self.model, self.tokens, self.gpu, self.gpus, self.batch, self.strategy, self.price, self.region,
+                    self.intensity])
 
     @property
     def run(self) -> RunCost | None:
@@ -79,15 +93,20 @@ class EconomicsPanel(Panel):
         else:
             intensity = grid.region(self.region.value).value
             where = f"{self.region.value} ({intensity:g} gCO2/kWh)"
+        gpus, batch = self.gpus.value, self.batch.value
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            raise LabkitError(f"GPUs, at least must be a whole number, 0 or more (got {gpus!r})")
+        if not isinstance(batch, (int, float)) or not batch > 0:
+            raise LabkitError(f"batch (k tokens) must be a positive number (got {batch!r})")
         runs = compare(self.model.value, tokens * 1e9, self.gpu.value, g_co2_per_kwh=float(intensity),
-                       usd_per_kwh=float(price))
+                       usd_per_kwh=float(price), gpus_at_least=gpus, batch_tokens=max(1, round(batch * 1024)))
         self.runs = runs
         r = runs[self.strategy.value]
         wear = "no SSD wear" if r.wear is None else (
             f"SSDs {r.wear.life_used:.2f} lifetimes used, {r.wear.replacements} drives replaced")
         text = (f"{fit_html(True, f'{r.strategy}: {r.gpus} x {r.plan.gpu}')}, {r.days:,.0f} days, "
                 f"${r.cloud_usd:,.0f} rented (${r.owned_usd:,.0f} owned), {r.facility_kwh / 1e3:,.1f} MWh, "
-                f"{_mass(r.kg_co2)} CO2e on {where}; {wear} (predicted)")
+                f"{_mass(r.kg_co2)} CO2e on {where}; {wear}; {ssd_against_hbm(runs)} (predicted)")
         return text, [self.chart(runs, self.strategy.value, f"{self.model.value}, {tokens:g}e9 tokens (predicted)")]
 
     @staticmethod

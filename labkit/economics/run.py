@@ -61,6 +61,18 @@ class RunCost:
     def ssd_life_used(self) -> float:
         return 0.0 if self.wear is None else self.wear.life_used
 
+    @property
+    def ssd_embodied_kg(self) -> float:
+        """The offload SSDs' embodied carbon this run uses up: their manufacture (kg CO2e/GB, Tannu and Nair
+        2022) times the larger of the share of their warranty the run lasts and the share of their
+        endurance it writes (a drive worn out early is a drive made again)."""
+        if self.wear is None:
+            return 0.0
+        tier = hardware.tier(self.wear.drive)
+        years = tier.warranty_years or capital.LIFETIME_YEARS
+        share = max(self.time_s / (years * capital.YEAR_S), self.wear.life_used)
+        return self.wear.drives * tier.capacity_bytes / 1e9 * grid.embodied_kg_per_gb("ssd") * share
+
     def row(self) -> dict[str, float | int | str]:
         """The figures a table shows, in people's units (days, USD, kWh, kg, fraction of SSD life)."""
         return {"strategy": self.strategy, "gpus": self.gpus, "days": self.days, "cloud_usd": self.cloud_usd,
@@ -71,14 +83,11 @@ class RunCost:
 
 def _step_traffic(p: strategies.Plan) -> energy.StepTraffic:
     t, psi = p.traffic, p.params
-    optimizer_in_hbm = p.strategy == "hbm"
     return energy.StepTraffic(
         gpus=p.gpus, hosts=p.servers, busy_s=p.compute_s, stall_s=p.stall_s,
-        host_busy_s=min(p.cpu_s, p.step_s),
-        hbm_bytes=p.gpus * t.weights * psi + (t.optimizer * psi if optimizer_in_hbm else 0.0)
-        + p.activation_bytes_per_step,
+        host_busy_s=min(p.cpu_s, p.step_s), hbm_bytes=p.hbm_bytes,
         pcie_bytes=t.link * psi, peer_bytes=p.gpus * p.peer_bytes_per_gpu,
-        dram_bytes=0.0 if optimizer_in_hbm else t.optimizer * psi,
+        dram_bytes=0.0 if p.strategy == "hbm" else t.optimizer * psi,
         ssd_read_bytes=t.nvme_read * psi, ssd_write_bytes=t.nvme_write * psi,
     )  # fmt: skip
 
@@ -93,8 +102,7 @@ def cost_run(strategy: str, model: str, tokens: float, gpu: str, *, region: str 
         raise LabkitError(f"tokens must be a positive number (got {tokens!r})")
     p = strategies.plan(strategy, model_shape(model), gpu, **plan_kwargs)
     cat = hardware.load_catalogue()
-    host, dram = cat.host(plan_kwargs.get("host", "dgx-h100-host")), cat.tier(plan_kwargs.get("dram", "DDR5-4800"))
-    ssd = plan_kwargs.get("ssd", "NVMe-PCIe4")
+    host, dram, ssd = cat.host(p.host), cat.tier(p.dram), p.ssd
     r = energy.rates(p.gpu, host.name, dram.name, ssd, idle_fraction)
     steps = tokens / plan_kwargs.get("batch_tokens", strategies.BATCH_TOKENS)
     run_energy = energy.step_energy(_step_traffic(p), r).scaled(steps)
@@ -107,8 +115,9 @@ def cost_run(strategy: str, model: str, tokens: float, gpu: str, *, region: str 
     w = None
     if p.drives:
         w = wear.ssd_wear(p.traffic.nvme_write * p.params * steps, p.drives, ssd)
-    capex = p.gpus * hardware.gpu(p.gpu).price_usd + p.servers * host.sockets * dram.capacity_bytes / 1e9 * \
-        dram.price_usd_per_gb + (p.drives * w.drive_price_usd if w else 0.0)
+    dram_bytes = getattr(host, "dram_bytes", 0) or host.sockets * dram.capacity_bytes
+    capex = p.gpus * hardware.gpu(p.gpu).price_usd + p.servers * dram_bytes / 1e9 * dram.price_usd_per_gb + \
+        (p.drives * w.drive_price_usd if w else 0.0)
     kwh = grid.joules_to_kwh(run_energy.facility_j(pue_value))
     owned = capital.amortised_usd(capex, time_s, lifetime_years) + capital.electricity_usd(kwh, price) + \
         (w.replacement_usd if w else 0.0)
@@ -119,12 +128,26 @@ def cost_run(strategy: str, model: str, tokens: float, gpu: str, *, region: str 
 
 
 def compare(model: str, tokens: float, gpu: str, gpus: dict[str, int] | None = None,
-            traffic: dict[str, strategies.Traffic] | None = None, **kwargs) -> dict[str, RunCost]:
-    """The three strategies side by side; ``gpus`` and ``traffic`` may set a strategy's count or measured bytes."""
-    gpus, traffic = gpus or {}, traffic or {}
+            traffic: dict[str, strategies.Traffic] | None = None, gpus_at_least: int = 0,
+            **kwargs) -> dict[str, RunCost]:
+    """The three strategies side by side; ``gpus`` and ``traffic`` may set a strategy's count or measured bytes.
+
+    ``gpus_at_least`` gives every strategy at least that many GPUs (each still gets as many as
+    its states need): the panel's "GPUs" control.
+    """
+    gpus, traffic = dict(gpus or {}), traffic or {}
     for key in [*gpus, *traffic]:
         if key not in strategies.STRATEGIES:
             raise LabkitError(f"strategy must be one of {', '.join(strategies.STRATEGIES)} (got {key!r})")
+    if isinstance(gpus_at_least, bool) or not isinstance(gpus_at_least, int) or gpus_at_least < 0:
+        raise LabkitError(f"gpus_at_least must be a whole number >= 0 (got {gpus_at_least!r})")
+    if gpus_at_least:
+        shape, dev = model_shape(model), hardware.gpu(gpu)
+        seq = kwargs.get("seq") or shape.seq
+        for s in strategies.STRATEGIES:
+            if s not in gpus:
+                fewest = strategies.min_gpus(s, shape, dev, seq, kwargs.get("micro_batch", 1))
+                gpus[s] = max(gpus_at_least, fewest)
     return {s: cost_run(s, model, tokens, gpu, gpus=gpus.get(s), traffic=traffic.get(s), **kwargs)
             for s in strategies.STRATEGIES}
 

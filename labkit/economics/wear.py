@@ -1,7 +1,9 @@
 """SSD wear: bytes written against the drive's rated endurance (TBW).
 
 A drive's warranty allows a number of terabytes written (``endurance_tbw`` in the
-catalogue, e.g. 1,200 TBW for a 2 TB PCIe 4.0 drive). Offload that writes model states
+catalogue, or drive writes per day x capacity x 365 x warranty years for enterprise drives:
+7,008 TBW for the 3.84 TB, 1-DWPD, 5-year U.2 data drive of a DGX, against 1,200 TBW for a
+2 TB consumer PCIe 4.0 drive). Offload that writes model states
 to NVMe every step (ZeRO-Infinity, Rajbhandari et al., SC 2021) spends that budget:
 fraction of life = bytes written per drive / endurance, assuming writes spread evenly
 over the drives (striping) and no extra write amplification beyond what the rating assumes.
@@ -41,7 +43,7 @@ class Wear:
         return self.replacements * self.drive_price_usd
 
 
-def ssd_wear(bytes_written: float, drives: int = 1, drive: str = "NVMe-PCIe4") -> Wear:
+def ssd_wear(bytes_written: float, drives: int = 1, drive: str = "NVMe-U2-3.84TB") -> Wear:
     """Wear of ``drives`` catalogue SSDs that together absorb ``bytes_written`` bytes."""
     if isinstance(bytes_written, bool) or not isinstance(bytes_written, (int, float)) \
             or not math.isfinite(bytes_written) or bytes_written < 0:

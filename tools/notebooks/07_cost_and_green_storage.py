@@ -11,19 +11,34 @@
 # `datasets/grid.toml`, each with its source and date. **These figures change** (GPU prices
 # by 2x within a year, grids year by year): read the results as orders of magnitude, and
 # edit the data files to redo them with today's numbers. The bytes moved come from real
-# micro-runs; everything at scale is labkit's model (predicted).
+# micro-runs; everything at scale is labkit's model (predicted). Units: GB = 1e9 bytes,
+# GiB = 2**30 bytes, "B" is bytes, "bn" a billion of something else.
 
 # %%
 from labkit import checks, hardware
-from labkit.economics import capital, energy, grid, run, strategies
+from labkit import offload_model as om
+from labkit.economics import capital, energy, grid, holding, published, run, strategies
 from labkit.economics import exercises as _exercises  # noqa: F401  (registers the 07.* exercises)
+from labkit.economics.measured import measure_gemm_bytes
+from labkit.economics.panel import EconomicsPanel
+from labkit.economics.traffic import gemm_traffic
+from labkit.shapes import model_shape
 from labkit.tables import text_table
 
 h100 = hardware.gpu("H100-SXM")
-print(f"H100-SXM: ${h100.price_usd:,.0f}, {h100.tdp_watts:.0f} W, ${h100.cloud_usd_per_hour:.2f} per GPU-hour "
+print(f"H100-SXM: ${h100.price_usd:,.0f}, {h100.tdp_watts:.0f} W, {h100.memory_bytes / 2**30:.1f} GiB "
       "(catalogue; each figure's source and date are in datasets/hardware.toml)")
 print(f"grid: world {grid.region('world').value:.0f} gCO2/kWh ({grid.region('world').year}), "
       f"PUE {grid.pue():.2f} ({grid.figure('pue', 'industry-average').year})")
+
+# %% [markdown]
+# Renting a GPU by the hour: each row's price, its date and its source. Prices from different
+# kinds of source do not compare (an AWS instance rents the GPU with its host, network and
+# support; a specialised GPU cloud charges less), so the source column says which is which.
+
+# %%
+print(text_table(["GPU", "USD per GPU-hour", "date", "source"],
+                 [[c.gpu, f"{c.usd_per_hour:.2f}", c.date, c.source] for c in capital.cloud_prices()]))
 
 # %% [markdown]
 # ## 1 · What a GB costs, tier by tier
@@ -34,45 +49,67 @@ print(f"grid: world {grid.region('world').value:.0f} gCO2/kWh ({grid.region('wor
 predicted_hbm_over_ssd = None
 
 # %%
-rows = [[kind, f"{capital.usd_per_gb(kind):,.3f}"] for kind in ("hbm", "dram", "ssd", "hdd")]
-print(text_table(["tier", "USD per GB (catalogue)"], rows))
+rows = [[kind, capital.usd_per_gb_basis(kind), f"{capital.usd_per_gb(kind):,.3f}",
+         "no figure" if holding.embodied_kg(1e9, kind) is None else f"{holding.embodied_kg(1e9, kind):.2f}"]
+        for kind in capital.TIERS]
+print(text_table(["tier", "what the price is", "USD per GB", "kg CO2e to make a GB"], rows))
 print(checks.reveal_number(predicted_hbm_over_ssd, capital.usd_per_gb("hbm") / capital.usd_per_gb("ssd"),
                            "HBM over SSD, per GB", "x", 1))
+print(f"embodied carbon: {grid.figure('embodied', 'ssd').source}")
 
 # %% [markdown]
-# HBM's price here is the GPU's price over its memory: you cannot buy HBM alone, which is the
-# point. A byte in GPU memory costs thousands of times a byte on flash.
+# HBM's price here is **the whole GPU's price over its memory** (its true capacity in GB):
+# no one sells HBM alone, and a GB of it comes with the compute around it. So the ratio says
+# what a byte of GPU memory costs to buy, not what the memory chips cost. Even so, a byte in
+# GPU memory costs thousands of times a byte on flash. Flash, in turn, costs carbon to make:
+# the embodied column is from a published life-cycle study; the data has no per-GB figure for
+# DRAM or HBM, so those are left out rather than guessed.
 #
 # ## 2 · Moving data costs more energy than computing on it
 #
-# Horowitz (ISSCC 2014, 45 nm): **predict** how many fp32 multiply-adds cost the energy of one
-# 32-bit read from DRAM.
+# Han et al. (NeurIPS 2015, Table 1; 45 nm, after Horowitz, ISSCC 2014): **predict** how many
+# fp32 multiply-adds cost the energy of one 32-bit read from DRAM.
 
 # %%
 predicted_fmas = None
 
 # %%
-pj = energy.horowitz_pj()
+pj = energy.han_pj()
 print(", ".join(f"{k} {v:g} pJ" for k, v in pj.items()))
-print(checks.reveal_number(predicted_fmas, energy.dram_read_over_fma(), "FMAs per DRAM read (Horowitz)", "", 1))
+print(checks.reveal_number(predicted_fmas, energy.dram_read_over_fma(), "FMAs per DRAM read (Han et al.)", "", 1))
 rows = [["HBM (H100)", f"{energy.gpu_memory_j_per_bit(h100) * 1e12:.1f}"],
         ["PCIe 5", f"{energy.link_j_per_bit(hardware.link('pcie5-x16')) * 1e12:.1f}"],
         ["NVLink 4", f"{energy.link_j_per_bit(hardware.link('nvlink4')) * 1e12:.1f}"],
         ["DDR5 read", f"{energy.tier_j_per_bit(hardware.tier('DDR5-4800'), 'read') * 1e12:.1f}"],
-        ["NVMe read", f"{energy.tier_j_per_bit(hardware.tier('NVMe-PCIe4'), 'read') * 1e12:.1f}"],
-        ["NVMe write", f"{energy.tier_j_per_bit(hardware.tier('NVMe-PCIe4'), 'write') * 1e12:.1f}"]]
+        ["U.2 NVMe read", f"{energy.tier_j_per_bit(hardware.tier('NVMe-U2-3.84TB'), 'read') * 1e12:.1f}"],
+        ["U.2 NVMe write", f"{energy.tier_j_per_bit(hardware.tier('NVMe-U2-3.84TB'), 'write') * 1e12:.1f}"]]
 print(text_table(["per bit moved", "pJ (catalogue)"], rows))
 
 # %% [markdown]
-# ## 3 · Measured inputs: the bytes offload really moves
+# ## 3 · Measured inputs: the bytes a step really moves
 #
-# Notebook 04 ran ZeRO-Offload and ZeRO-Infinity on the tiny GPT for real. The same runs here
-# give the bytes per parameter per step that cross PCIe (ZeRO-Offload) and that are read
-# from and written to NVMe (ZeRO-Infinity), measured; the cost model below takes them as its
-# inputs.
+# Three measurements feed the cost model. First, the bytes the matrix multiplies of one
+# training step read and write, counted as torch dispatches them on the tiny GPT, beside the
+# roofline formula labkit uses at scale (`economics.traffic`). This is the HBM traffic the
+# energy model charges at the GPU memory's pJ/bit.
 
 # %%
 from labkit.model import GPTConfig
+
+cfg = GPTConfig(vocab_size=35, n_layer=2, d_model=64, n_head=4, seq_len=64)
+gemms = measure_gemm_bytes(cfg, batch_size=2)
+formula = gemm_traffic(model_shape("tiny-gpt"), 64, 2, elem_bytes=4, recompute=False)
+print(f"{gemms.calls} matrix multiplies, {gemms.nbytes:,} B read and written (measured); "
+      f"formula {formula.weight_bytes + formula.activation_bytes:,.0f} B")
+assert gemms.nbytes == formula.weight_bytes + formula.activation_bytes  # measured == model, to the byte
+
+# %% [markdown]
+# Second and third, notebook 04's ZeRO-Offload and ZeRO-Infinity runs on the tiny GPT, run
+# again here: the bytes per parameter per step that cross PCIe (ZeRO-Offload) and that are read
+# from and written to NVMe (ZeRO-Infinity), measured, beside `labkit.offload_model`, the one
+# accounting the offload notebook, the advisor and this notebook share.
+
+# %%
 from labkit.offload import zero_infinity, zero_offload
 from labkit.train import TrainConfig
 
@@ -80,25 +117,35 @@ tiny = TrainConfig(model=GPTConfig(vocab_size=35, d_model=64, n_layer=2, n_head=
                    batch_size=4)
 zo = zero_offload.run_zero_offload(tiny, 2)
 zi = zero_infinity.run_zero_infinity(tiny, 2)
+link = (zo.bytes_down[-1] + zo.bytes_up[-1]) / zo.params
+assert link == om.ZERO_OFFLOAD.link_bytes_per_param()  # measured == model
+assert zi.bytes_written[-1] / zi.params == om.ZERO_INFINITY_LAB.nvme_write_bytes_per_param()
 measured = {
-    "dram-offload": strategies.Traffic(link=(zo.bytes_down[-1] + zo.bytes_up[-1]) / zo.params, nvme_read=0.0,
-                                       nvme_write=0.0),
+    "dram-offload": strategies.Traffic(link=link, nvme_read=0.0, nvme_write=0.0),
     "ssd-offload": strategies.Traffic(link=strategies.DEFAULT_TRAFFIC["ssd-offload"].link,
                                       nvme_read=zi.bytes_read[-1] / zi.params,
                                       nvme_write=zi.bytes_written[-1] / zi.params),
 }
-print(f"dram-offload per parameter per step: link {measured['dram-offload'].link:.2f} B (measured)")
+print(f"dram-offload per parameter per step: PCIe {link:.2f} B (measured; model "
+      f"{om.ZERO_OFFLOAD.link_bytes_per_param():.2f} B)")
 ssd = measured["ssd-offload"]
 print(f"ssd-offload  per parameter per step: NVMe read {ssd.nvme_read:.2f} B, NVMe write {ssd.nvme_write:.2f} B "
-      f"(measured); link {ssd.link:.2f} B (ZeRO-Infinity's formula: the micro-run has no GPU link)")
+      f"(measured; the paper counts {om.ZERO_INFINITY.nvme_read_bytes_per_param():.0f} and "
+      f"{om.ZERO_INFINITY.nvme_write_bytes_per_param():.0f} B); PCIe {ssd.link:.2f} B (the paper's count: the "
+      "micro-run has no GPU link)")
 
 # %% [markdown]
+# The lab's streamed run writes fewer bytes than the paper counts because its optimizer step
+# runs as each layer's gradients arrive, so gradients never reach the disk (notebook 04 lists
+# the terms). The runs below use the measured bytes.
+#
 # ## 4 · One model, three ways
 #
-# Llama-2 7B fine-tuned on 20 B tokens on H100s, with 4 M-token batches, MFU 0.4 (an
-# assumption): all in HBM on as few GPUs as hold it, with DRAM offload (optimizer on the CPU)
-# on fewer, with SSD offload (states on NVMe) on fewest. **Predict:** which costs the fewest
-# dollars when renting GPUs by the hour?
+# Llama-2 7B fine-tuned on 20 bn tokens on H100s, with 4 Mi-token batches, MFU 0.4 (an
+# assumption): all in HBM on as few GPUs as hold it, with DRAM offload (ZeRO-3 with the optimizer
+# on fewer, with SSD offload (states on NVMe) on fewest. The servers are DGX H100s, with the
+# DRAM and the eight 3.84 TB enterprise NVMe data drives their datasheet lists. **Predict:**
+# which costs the fewest dollars when renting GPUs by the hour?
 
 # %%
 predicted_cheapest = None  # "hbm", "dram-offload" or "ssd-offload"
@@ -106,22 +153,37 @@ predicted_cheapest = None  # "hbm", "dram-offload" or "ssd-offload"
 # %%
 runs = run.compare("llama2-7b", 20e9, "H100-SXM", traffic=measured)
 table = [[s, r.gpus, f"{r.days:.1f}", f"{r.cloud_usd:,.0f}", f"{r.owned_usd:,.0f}", f"{r.facility_kwh:,.0f}",
-          f"{r.kg_co2:,.0f}", f"{r.ssd_life_used:.3f}"] for s, r in runs.items()]
-print(text_table(["strategy", "GPUs", "days", "rented $", "owned $", "kWh", "kg CO2", "SSD lives"], table))
+          f"{r.kg_co2:,.0f}", f"{r.ssd_life_used:.4f}"] for s, r in runs.items()]
+print(text_table(["strategy", "GPUs", "days", "rented $", "owned $", "kWh", "kg CO2e", "SSD lives"], table))
 best = run.winners(runs)
 for metric, who in best.items():
     print(f"lowest {metric}: {', '.join(who)}")
 print(f"you said {predicted_cheapest}; cheapest to rent (within 0.5%): {', '.join(best['cloud_usd'])}")
+EconomicsPanel.chart(runs, "ssd-offload", "Llama-2 7B, 20 bn tokens, H100 (predicted)")
+
+# %% [markdown]
+# Where the joules go, by part, for each strategy (IT energy, before PUE; predicted). The HBM
+# row is the matrix multiplies' operands, the saved activations and, all in HBM, the
+# optimizer step, at the catalogue's pJ/bit: a lower bound, as elementwise kernels are left out.
+
+# %%
+parts = list(energy.PARTS)
+print(text_table(["strategy", *parts], [[s, *(f"{100 * r.energy.parts_j[p] / r.energy.total_j:.2f}%" for p in parts)]
+                                        for s, r in runs.items()]))
+hbm_plan = runs["hbm"].plan
+print(f"HBM bytes per step, all in HBM: {hbm_plan.hbm_bytes / 1e12:,.1f} TB, of which the multiplies "
+      f"{hbm_plan.gemm_bytes / 1e12:,.1f} TB over {hbm_plan.micro_batches:,.0f} micro-batches (predicted)")
 
 # %% [markdown]
 # With a large batch nothing waits for PCIe or NVMe, so every strategy uses the **same
 # GPU-hours**: renting costs the same, and offload only trades GPUs for days. Energy and
-# carbon go up a little with offload (the hosts, DRAM and SSDs run longer), and SSD offload
-# writes flash on every step.
+# carbon go up a little with offload (the hosts and drives run longer), and SSD offload
+# writes flash on every step. Compute dominates the energy; HBM traffic is a small share
+# of it, DRAM and SSD traffic smaller still.
 #
 # ## 5 · Break it: a small batch on SSD offload
 #
-# The same run on 8 GPUs with a 128 k-token batch: each step now has much less compute to
+# The same run on 8 GPUs with a 128 Ki-token batch: each step now has much less compute to
 # hide the NVMe traffic behind.
 
 # %%
@@ -129,11 +191,13 @@ small = run.compare("llama2-7b", 20e9, "H100-SXM", gpus={s: 8 for s in strategie
                     batch_tokens=32 * 4096)
 for s, r in small.items():
     print(f"{s:13} {r.days:6.1f} days, ${r.cloud_usd:>9,.0f} rented, stall {r.plan.stall_s:.2f} s per step, "
-          f"{r.ssd_life_used:.2f} SSD lifetimes used")
+          f"{r.ssd_life_used:.3f} SSD lifetimes used, {r.kg_co2:,.0f} kg CO2e")
+print(f"SSD offload over all in HBM: {small['ssd-offload'].time_s / small['hbm'].time_s:.2f}x the time")
 
 # %% [markdown]
-# Now the GPUs wait on the drives: the SSD run takes longer, costs more GPU-hours, and wears
-# through drives. Offload to SSD pays when each step has compute to hide its traffic.
+# Now the GPUs wait on the drives: the SSD run takes longer, costs more GPU-hours and more
+# carbon, and spends a share of the drives' rated endurance on one fine-tuning run. Offload to
+# SSD pays when each step has compute to hide its traffic.
 #
 # ## 6 · Where the electricity comes from
 #
@@ -144,25 +208,98 @@ base = runs["hbm"]
 facility_j = base.energy.facility_j(base.pue)
 rows = [[g, f"{grid.region(g).value:.0f}", f"{grid.carbon_kg(facility_j, grid.region(g).value):,.0f}",
          str(grid.region(g).year)] for g in grid.names("region")]
-print(text_table(["region", "gCO2/kWh", "kg CO2 for this run", "year"], rows))
+print(text_table(["region", "gCO2/kWh", "kg CO2e for this run", "year"], rows))
+spread = max(grid.region(g).value for g in grid.names("region")) / min(grid.region(g).value
+                                                                          for g in grid.names("region"))
+between = max(r.kg_co2 for r in runs.values()) / min(r.kg_co2 for r in runs.values())
+print(f"dirtiest over cleanest grid: {spread:.0f}x; costliest over cheapest strategy in carbon: {between:.3f}x")
 
 # %% [markdown]
-# The grid matters far more than the storage strategy: over a factor of twenty between regions,
-# a few per cent between strategies.
+# The grid matters far more than the storage strategy: the two ratios above say by how much.
 #
-# ## 7 · Design
+# ## 7 · The carbon in the hardware, and what keeping bytes costs
 #
-# Model, tokens, GPU, strategy, electricity price and grid: time, dollars, energy, carbon and
-# SSD wear, side by side for the three strategies (predicted). Find a setting where SSD
-# offload costs the most carbon, and one where it costs no more than HBM.
+# Operating energy is one part of the carbon; making the hardware is another. The SSD run's
+# drives took carbon to make (kg CO2e per GB, from the published study above); the run uses up
+# the larger of the share of their warranty it lasts and the share of their endurance it writes
+# (predicted). GPUs, DRAM and hosts also carry embodied carbon, which the data here does not give.
+
+# %%
+for name, r in (("large batch", runs["ssd-offload"]), ("small batch", small["ssd-offload"])):
+    print(f"SSD offload, {name}: {r.wear.drives} drives, embodied share {r.ssd_embodied_kg:,.1f} kg CO2e "
+          f"beside {r.kg_co2:,.0f} kg CO2e of operating carbon (predicted)")
+
+# %% [markdown]
+# Compare the two lines: when a run wears its drives, the share of their manufacture it uses
+# up can rival or pass its operating carbon, which is one more reason to give SSD offload a
+# batch large enough to hide its traffic, or drives rated for more writes.
+#
+# Keeping a run's checkpoints and its data set also costs: the share of the capacity's price
+# and of its embodied carbon that the run's days use up (straight-line over a service life, an
+# assumption). Three checkpoints of the 7B model's states and the 20 bn-token data set (2-byte
+# token ids), held for the HBM run's duration, on each tier (predicted):
+
+# %%
+days = runs["hbm"].time_s
+checkpoints = 3 * strategies.STATE_BYTES * model_shape("llama2-7b").params
+dataset = 2 * 20e9
+rows = []
+for what, nbytes in (("3 checkpoints", checkpoints), ("data set", dataset)):
+    for h in holding.hold_all(nbytes, days):
+        rows.append([what, h.tier, f"{nbytes / 1e9:,.0f}", f"{h.usd:,.2f}",
+                     "no figure" if h.kg_co2e is None else f"{h.kg_co2e:,.2f}"])
+print(text_table(["what", "tier", "GB", "USD for the run", "kg CO2e for the run"], rows))
+
+# %% [markdown]
+# ## 8 · Beside a published run: Llama 2's pretraining
+#
+# Meta reports each Llama 2 model's pretraining in GPU-hours on A100-80GB, a power per GPU and
+# tonnes of CO2e (Touvron et al. 2023, Table 2; `datasets/published_runs.toml`). labkit
+# predicts the same runs (2 T tokens, all in HBM on DGX A100s, MFU 0.4, PUE and world grid as
+# above). The ratio of the tonnes splits exactly into three factors: GPU-hours (labkit's MFU
+# against the one Meta's hours imply), energy per GPU-hour (labkit's whole server times PUE
+# against Meta's power per GPU) and the grid (labkit's against the factor Meta's figures imply).
+
+# %%
+rows = []
+for b in published.beside():
+    p, f = b.paper, b.factors
+    rows.append([p.name, f"{p.gpu_hours:,.0f}", f"{b.gpu_hours:,.0f}", f"{p.implied_mfu():.3f}", f"{p.t_co2:.1f}",
+                 f"{b.t_co2:.1f}", *(f"{v:.2f}x" for v in f.values())])
+print(text_table(["model", "GPU-h (Meta)", "GPU-h (labkit)", "MFU Meta implies", "t CO2e (Meta)",
+                  "t CO2e (labkit)", *(f"x {k}" for k in published.beside()[0].factors)], rows))
+for p in published.load_runs():
+    print(f"{p.name}: {p.power_w:.0f} W per GPU; implied {p.implied_g_co2_per_kwh:.1f} gCO2e/kWh"
+          + (f"; {p.note}" if p.note else ""))
+meta_grid = published.load_runs()[0].implied_g_co2_per_kwh
+for b in published.beside(pue=1.0, g_co2_per_kwh=meta_grid):
+    print(f"{b.paper.name} at PUE 1.0 and {meta_grid:.1f} gCO2e/kWh: {b.t_co2:.1f} t CO2e; factors "
+          + ", ".join(f"{k} {v:.2f}x" for k, v in b.factors.items()))
+
+# %% [markdown]
+# Reading the factors: labkit's GPU-hours differ from Meta's by the ratio of the MFU labkit
+# assumes to the MFU Meta's hours imply (labkit's FLOP count over GPU-hours at the A100's dense
+# bf16 peak). Meta multiplies GPU-hours by one power per GPU; labkit counts the whole server
+# (GPUs at TDP while busy, the hosts' CPUs, links) and multiplies by the industry-average PUE,
+# so its energy per GPU-hour is higher. And Meta's tonnes imply one carbon factor for every
+# model, which differs from the world average used here. The last lines redo labkit's
+# prediction at PUE 1.0 and Meta's implied factor (the 7B model's): the grid factor goes to
+# about 1, and what stays is the MFU and the server around the GPUs (the hosts' CPUs, which
+# Meta's power per GPU leaves out, and GPUs that draw their TDP only while busy).
+#
+# ## 9 · Design
+#
+# Model, tokens, GPU, a floor on the GPU count, the batch, strategy, electricity price and
+# grid: time, dollars, energy, carbon and SSD wear, side by side for the three strategies
+# (predicted). Find a setting where SSD offload costs the most carbon, and one where it
+# costs **no more carbon than all in HBM** (the message says which). Hint: look for a model
+# that needs many GPUs spread over servers to fit in HBM, and a small batch.
 
 # %% tags=["nbval-ignore-output"]
-from labkit.economics.panel import EconomicsPanel
-
 EconomicsPanel()
 
 # %% [markdown]
-# ## 8 · Check yourself
+# ## 10 · Check yourself
 
 # %%
 checks.check("07.hbm_over_ssd", None)
