@@ -10,9 +10,12 @@ constraint:
 * pp divides the layers (equal stages); dp x micro-batch divides the global batch;
 * ZeRO stages 2 and 3 shard gradients, which a pipeline's gradient accumulation needs whole:
   DeepSpeed allows only stage 0 or 1 with pipeline parallelism (and so no offload either);
-* ZeRO-Offload runs on ZeRO-2 and ZeRO-Infinity on ZeRO-3, both with mixed precision and 32-bit
-  Adam on the CPU; their DRAM or NVMe must hold the states;
-* the plan's bytes per GPU fit the GPU's usable memory.
+* ZeRO-Offload runs on ZeRO-2 (DeepSpeed also offloads the optimizer to the CPU on ZeRO-3) and
+  ZeRO-Infinity on ZeRO-3, all with mixed precision and 32-bit Adam on the CPU;
+* the interleaved schedule needs its chunks to divide a stage's layers and the micro-batches to be
+  a multiple of pp (Megatron-LM);
+* the plan's bytes per GPU fit the GPU's memory less the headroom (``machine``), and what it
+  offloads fits the host it runs on: DRAM and NVMe drives of the catalogue's host.
 
 Pruning keeps it fast: a rule that fails on the layout alone rejects it once (not once per
 option), and the memory estimate is computed once per (layout, micro-batch, stage, recompute,
@@ -221,7 +224,10 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
 
     ``fit`` ranks by memory per GPU (most room first), the others by step seconds, USD and kg CO2 per
     step. With every plan on the same GPU count at one hourly price, ``cheapest`` follows ``fastest``;
-    ``greenest`` differs, because a stalled GPU draws less than a computing one.
+    ``greenest`` differs, because a stalled GPU draws less than a computing one, and needs the GPU's
+    energy figures. ``fixed`` holds layout fields the caller chose (``{"tp": 8, "recompute": "full"}``):
+    the search keeps them; with dp, tp and pp all fixed, that layout is also priced as given
+    (``Advice.exact``). ``host`` and ``headroom`` build the machine (``machine.machine``).
     """
     require_choice("goal", goal, GOALS)
     require_positive("global_batch", global_batch)
