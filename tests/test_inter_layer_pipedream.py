@@ -10,6 +10,7 @@ import torch
 
 from labkit.errors import LabkitError
 from labkit.inter_layer import pipedream as pd
+from labkit.inter_layer import pipedream_runs as pdr
 from labkit.model import count_parameters
 from labkit.sim import schedule
 
@@ -18,7 +19,7 @@ MINIBATCHES = {2: 16, 4: 32}
 
 @pytest.fixture(scope="module")
 def runs() -> dict[int, dict[str, list[pd.StageReport]]]:
-    return {p: pd.compare_stash_modes(p, m, verify=True) for p, m in MINIBATCHES.items()}
+    return {p: pdr.compare_stash_modes(p, m, verify=True) for p, m in MINIBATCHES.items()}
 
 
 @pytest.mark.parametrize("p", [2, 4])
@@ -49,10 +50,11 @@ def test_stashing_makes_backward_use_the_forward_weights(runs, p):
         for s in runs[p][mode]:
             assert s.forward_checksums == s.backward_checksums, (mode, s.rank)
             assert s.isolation_max_diff == [0.0] * MINIBATCHES[p], (mode, s.rank)  # bit-identical gradients
+            assert s.grad_error == [0.0] * MINIBATCHES[p], (mode, s.rank)
     none = runs[p]["none"]
     for s in none[:-1]:  # every stage with mini-batches in flight sees updated weights in backward
         assert any(f != b for f, b in zip(s.forward_checksums, s.backward_checksums, strict=True)), s.rank
-        assert max(s.isolation_max_diff) > 0.0, s.rank
+        assert max(s.isolation_max_diff) > 0.0 and max(s.grad_error) > 0.0, s.rank
     assert none[-1].forward_checksums == none[-1].backward_checksums  # the last stage: B right after F
     assert [max(s.delay) for s in runs[p]["pipedream"]] == [p - 1 - rank for rank in range(p)]
 
@@ -69,7 +71,7 @@ def test_order_is_pipedream_1f1b(runs, p):
 def test_loss_falls_beside_synchronous_1f1b(runs):
     """Staleness changes the curve but not the outcome: the async loss falls and stays near the sync one."""
     m = MINIBATCHES[4]
-    sync = pd.synchronous_1f1b_losses(m)
+    sync = pdr.synchronous_1f1b_losses(m)
     assert len(sync) == m and sync[-1] < sync[0]
     tail_sync = sum(sync[-4:]) / 4
     for mode in ("pipedream", "2bw", "none"):
@@ -114,6 +116,24 @@ def test_repoint_carries_adamw_state():
 )
 def test_bad_input_names_the_field(kwargs, words):
     with pytest.raises(LabkitError) as err:
-        pd.run_pipedream(**kwargs)  # raises before any process starts
+        pdr.run_pipedream(**kwargs)  # raises before any process starts
     for word in words:
         assert word in str(err.value)
+
+
+def test_gradient_error_grows_with_the_learning_rate():
+    """Without stashing the gradient is off by more when the weights move more between F and B."""
+    out = pdr.gradient_errors(2, 8, (1e-3, 3e-2), ("pipedream", "none"))
+    assert set(out) == {(1e-3, "pipedream"), (1e-3, "none"), (3e-2, "pipedream"), (3e-2, "none")}
+    assert all(max(s.grad_error) == 0.0 for lr in (1e-3, 3e-2) for s in out[lr, "pipedream"])
+    low, high = pdr.error_summary(out[1e-3, "none"]), pdr.error_summary(out[3e-2, "none"])
+    assert 0.0 < low[0][0] < high[0][0] and low[-1] == high[-1] == (0.0, 0.0)
+
+
+def test_gradient_errors_refuse_bad_input():
+    with pytest.raises(LabkitError, match="lrs and modes"):
+        pdr.gradient_errors(2, 8, ())
+    with pytest.raises(LabkitError, match="lr"):
+        pdr.gradient_errors(2, 8, (-1.0,))
+    with pytest.raises(LabkitError, match="stash"):
+        pdr.gradient_errors(2, 8, (1e-3,), ("nope",))

@@ -68,8 +68,8 @@ class PipelinePanel(Panel):
         p = plan(setup, gpu, hardware.link(self.link.value), hardware.link(DP_LINK))
         self.plan = p
         gpus = setup.dp * setup.tp * setup.pp
-        fits = (f"{p.memory_per_gpu / 1e9:.1f} GB per GPU: "
-                + ("fits" if p.fits else "does not fit") + f" on {gpu.name} ({gpu.memory_bytes / 1e9:.0f} GB)")
+        fits = (f"{p.memory_per_gpu / 2**30:.1f} GiB per GPU: " + ("fits" if p.fits else "does not fit")
+                + f" on {gpu.name} ({gpu.memory_bytes / 2**30:.0f} GiB, its true capacity)")
         text = (f"{fit_html(p.fits, fits)}; {gpus:,} GPUs; bubble {100 * p.bubble_simulated:.1f}% simulated, "
                 f"{100 * p.bubble_formula:.1f}% by (p-1)/(v*m+p-1); step {p.step_seconds:.2f} s "
                 f"(pipeline {p.timeline.makespan:.2f} s + ZeRO traffic over {DP_LINK} {p.zero_seconds:.2f} s), "

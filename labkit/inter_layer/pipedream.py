@@ -29,7 +29,10 @@ unless an in-flight mini-batch pinned it; then the live version is cloned first 
 pointed at the clone, so a pinned version is never written (autograd's version counter would raise if
 it were). "none" runs forwards on ``.data`` aliases, which hides the in-place update from that check,
 as a naive asynchronous pipeline would. Versions held are distinct storages; bytes are counted by
-storage. ``verify`` recomputes every backward in isolation from a copy of the forward's weights.
+storage. ``verify`` recomputes every backward in isolation from a copy of the forward's weights: the
+true gradient of the mini-batch at the weights its forward used, given the same incoming gradient;
+``grad_error`` is the relative distance of the gradient the stage applied from it. ``pipedream_runs``
+runs the stages on local ranks and compares the modes.
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ class StageReport:
     backward_checksums: list[str]  # of the same tensors when the backward ran
     delay: list[int]  # updates this stage applied between forward and backward
     isolation_max_diff: list[float] = field(default_factory=list)  # |grad - grad in isolation|, with verify
+    grad_error: list[float] = field(default_factory=list)  # ||grad - grad in isolation|| / ||grad in isolation||
 
 
 @dataclass
@@ -173,7 +177,7 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
     versions, newest, updates = {0: _Version(live)}, 0, 0
     data, shape = batches(batch_size, cfg.seq_len, seed), (batch_size, cfg.seq_len, cfg.d_model)
     inflight: dict[int, tuple] = {}
-    fwd_sum, bwd_sum, delay, diff = {}, {}, {}, {}
+    fwd_sum, bwd_sum, delay, diff, rel = {}, {}, {}, {}, {}
     losses, sends, pending, backwards = [], [], None, 0
     max_versions = max_bytes = 0
 
@@ -213,6 +217,8 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
             w = [t.clone().requires_grad_() for t in ref]
             alone = torch.autograd.grad(run_stage(w, x.detach().requires_grad_(x.requires_grad), y), w, g)
             diff[i] = max(float((a - b).abs().max()) for a, b in zip(grads, alone, strict=True))
+            off = sum(float((a - b).double().square().sum()) for a, b in zip(grads, alone, strict=True))
+            rel[i] = (off / max(sum(float(b.double().square().sum()) for b in alone), 1e-300)) ** 0.5
         versions[vid].users -= 1
         if versions[vid].users == 0 and vid != newest:
             del versions[vid]
@@ -252,54 +258,9 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
         losses, [str(a) for a in order], [fwd_sum[i] for i in range(minibatches)],
         [bwd_sum[i] for i in range(minibatches)], [delay[i] for i in range(minibatches)],
         [diff[i] for i in range(minibatches)] if verify else [],
+        [rel[i] for i in range(minibatches)] if verify else [],
     )  # fmt: skip
     return asdict(report)
-
-
-def train_stash_modes(rank: int, world_size: int, modes: list[str], **kwargs: Any) -> dict[str, dict[str, Any]]:
-    """Several stash modes one after the other in one process group: one start-up pays for all."""
-    return {m: train_pipedream(rank, world_size, stash=m, **kwargs) for m in modes}
-
-
-def compare_stash_modes(p: int, minibatches: int, modes: tuple[str, ...] = STASH_MODES,
-                        model: dict[str, Any] | None = None, batch_size: int = 8, seed: int = 0, lr: float = 3e-3,
-                        every: int = 0, verify: bool = False, timeout: float = 120.0) -> dict[str, list[StageReport]]:
-    """Train the same pipeline once per stash mode on p local ranks; reports per mode, in rank order."""
-    if not modes:
-        raise LabkitError(f"modes must name at least one of {', '.join(STASH_MODES)} (got none)")
-    for stash in modes:
-        check_options(p, minibatches, stash, model_config(model), every)
-    out = labdist.run(train_stash_modes, p, timeout=timeout, threads=1, modes=list(modes), minibatches=minibatches,
-                      model=model, batch_size=batch_size, seed=seed, lr=lr, every=every, verify=verify)
-    return {m: [StageReport(**r[m]) for r in out] for m in modes}
-
-
-def run_pipedream(p: int, minibatches: int, stash: str = "pipedream", model: dict[str, Any] | None = None,
-                  batch_size: int = 8, seed: int = 0, lr: float = 3e-3, every: int = 0, verify: bool = False,
-                  timeout: float = 120.0) -> list[StageReport]:
-    """Train ``minibatches`` mini-batches through a p-stage asynchronous pipeline on p local ranks."""
-    return compare_stash_modes(p, minibatches, (stash,), model, batch_size, seed, lr, every, verify, timeout)[stash]
-
-
-def synchronous_1f1b_losses(minibatches: int, model: dict[str, Any] | None = None, batch_size: int = 8,
-                            seed: int = 0, lr: float = 3e-3) -> list[float]:
-    """The reference curve: the same untied model, data and AdamW, one update after every mini-batch.
-
-    Synchronous 1F1B with a flush after each mini-batch computes exactly this (the schedule moves work
-    in time, not the math), so one process stands in for it; the asynchronous curve differs by staleness.
-    """
-    require_positive("minibatches", minibatches)
-    cfg = model_config(model)
-    net = build_stage(cfg, seed, 0, 1)
-    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0, foreach=False)
-    data, losses = batches(batch_size, cfg.seq_len, seed), []
-    for i in range(minibatches):
-        loss = net(*data(i))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
 
 
 if __name__ == "__main__":  # torchrun --nproc-per-node 4 -m labkit.inter_layer.pipedream [stash] [minibatches]

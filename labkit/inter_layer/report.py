@@ -1,25 +1,34 @@
 """Text tables of notebook 02: measured beside predicted for ZeRO, pipelines and PipeDream.
 
-Formatting only; the numbers come from ``zero``, ``pipeline`` and ``pipedream``
-(measured) and from ``labkit.estimate`` and ``labkit.sim`` (predicted).
+Formatting only; the numbers come from ``zero``, ``pipeline``, ``bubble`` and ``pipedream``
+(measured) and from ``labkit.estimate`` and ``labkit.sim`` (predicted). Bytes are "B";
+collectives are counted in elements.
 """
 
 from __future__ import annotations
 
+from labkit.inter_layer import bubble
 from labkit.inter_layer.pipedream import StageReport
+from labkit.inter_layer.pipedream_runs import error_summary
 from labkit.inter_layer.pipeline import PipelineRun
 from labkit.inter_layer.zero import RankResult, compare
+from labkit.sim import bubble_fraction
 from labkit.tables import text_table
 
 
 def zero_table(results: dict[str, list[RankResult]], rank: int = 0) -> str:
-    """Bytes held and elements sent per step by one rank of each strategy (measured, torch's model, the paper)."""
+    """Bytes held and elements sent per step by one rank of each strategy (measured, torch's model, the paper).
+
+    The unit column says which: held state in bytes (B), collectives in elements (fp32 values, 4 B each)
+    counted as the paper counts them (``zero.volume``: an all-reduce counts twice in "comm volume").
+    """
     rows = []
     for strategy, ranks in results.items():
         for r in compare([ranks[rank]]):
             paper = "-" if r.paper is None else f"{r.paper:,.0f}"
-            rows.append([strategy, r.category, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
-    return text_table(["strategy", f"rank {rank}", "measured", "predicted", "paper (ZeRO)"], rows)
+            unit = "elements" if r.category.startswith("comm") else "B"
+            rows.append([strategy, r.category, unit, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
+    return text_table(["strategy", f"rank {rank}", "unit", "measured", "predicted", "paper (ZeRO)"], rows)
 
 
 def worst_zero_error(results: dict[str, list[RankResult]]) -> float:
@@ -50,4 +59,31 @@ def pipedream_table(modes: dict[str, list[StageReport]]) -> str:
     for mode, stages in modes.items():
         for s in stages:
             rows.append([mode, s.rank, s.max_versions, f"{s.stage_param_bytes:,}", f"{s.max_stash_bytes:,}"])
-    return text_table(["stash", "stage", "versions held", "bytes per version", "bytes held"], rows)
+    return text_table(["stash", "stage", "versions held", "B per version", "B held"], rows)
+
+
+def bubble_formula_table(cases: list[tuple[str, int, int, int]]) -> str:
+    """(p-1)/(v*m+p-1) beside ``labkit.sim``'s replay with equal stages (backward = 2 x forward): deterministic."""
+    rows = [[bubble.label(kind, p, m, v), f"{100 * bubble_fraction(p, m, v):.1f}%",
+             f"{100 * bubble.simulated(kind, p, m, v):.1f}%"] for kind, p, m, v in cases]
+    return text_table(["schedule", "(p-1)/(v*m+p-1)", "simulated, equal stages"], rows)
+
+
+def bubble_results_table(results: list[bubble.BubbleResult]) -> str:
+    """Measured and replayed bubble, median and range over the repeated steps, beside the formula (wall-clock)."""
+    def cell(xs: list[float], scale: float = 100, unit: str = "%") -> str:
+        mid, lo, hi = bubble.BubbleResult.spread(xs)
+        return f"{scale * mid:.0f}{unit} ({scale * lo:.0f}-{scale * hi:.0f})"
+
+    rows = [[r.label, f"{100 * r.formula:.0f}%", cell(r.replayed), cell(r.measured), cell(r.compute_ms, 1, " ms"),
+             cell(r.step_ms, 1, " ms")] for r in results]
+    return text_table(["schedule", "formula", "replayed", "measured", "one action", "step"], rows)
+
+
+def gradient_error_table(grid: dict[tuple[float, str], list[StageReport]]) -> str:
+    """Relative error of the gradient each stage applied against the true one, median and largest (measured)."""
+    rows = []
+    for (lr, mode), stages in grid.items():
+        for s, (mid, top) in zip(stages, error_summary(stages), strict=True):
+            rows.append([f"{lr:g}", mode, s.rank, f"{100 * mid:.1f}%", f"{100 * top:.1f}%"])
+    return text_table(["lr", "stash", "stage", "gradient error, median", "largest"], rows)

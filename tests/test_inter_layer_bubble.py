@@ -1,0 +1,63 @@
+"""The pipeline bubble measured, replayed from the measured durations, and by formula."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.errors import LabkitError
+from labkit.inter_layer import bubble, report
+from labkit.sim import Action, bubble_fraction, measured_bubble, replay_schedule, schedule
+
+TINY = {"n_layer": 4, "n_head": 2, "d_model": 32, "seq_len": 32, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def results() -> list[bubble.BubbleResult]:
+    return bubble.measure(2, (("gpipe", 2, 1), ("1f1b", 4, 1), ("interleaved", 4, 2)), repeats=2, model=TINY,
+                          batch_size=8)
+
+
+def test_measured_is_never_below_the_replay_of_its_own_durations(results):
+    """Every action started no earlier than the replay allows: same order, same durations (module docstring)."""
+    for r in results:
+        assert len(r.measured) == len(r.replayed) == 2
+        assert all(0 <= rep <= meas + 1e-9 < 1 for meas, rep in zip(r.measured, r.replayed, strict=True)), r.label
+        assert r.formula == bubble_fraction(r.p, r.m, r.v)
+        measured, replayed = r.timelines
+        assert sorted(e.name for e in measured.events) == sorted(e.name for e in replayed.events)
+        assert replayed.makespan <= measured.makespan + 1e-9
+
+
+def test_replay_keeps_each_measured_duration(results):
+    measured, replayed = results[1].timelines
+    took = {e.name: e.duration for e in measured.events}
+    assert all(e.duration == pytest.approx(took[e.name], abs=1e-9) for e in replayed.events)
+
+
+def test_equal_stage_simulation_is_the_formula_for_gpipe_and_1f1b():
+    for kind in ("gpipe", "1f1b"):
+        for m in (2, 4, 8):
+            assert bubble.simulated(kind, 2, m) == pytest.approx(bubble_fraction(2, m))
+
+
+def test_replay_with_equal_durations_is_the_formula():
+    order = schedule("1f1b", 4, 8)
+    durations = {a: 1.0 if a.phase == "F" else 2.0 for acts in order.values() for a in acts}
+    assert measured_bubble(replay_schedule(order, 4, durations)) == pytest.approx(bubble_fraction(4, 8))
+
+
+def test_replay_names_a_missing_action():
+    order = schedule("gpipe", 2, 2)
+    with pytest.raises(LabkitError, match="durations must give every action"):
+        replay_schedule(order, 2, {Action(0, "F", 0): 1.0})
+
+
+def test_tables_say_their_units(results):
+    table = report.bubble_results_table(results)
+    assert "replayed" in table and "measured" in table and " ms" in table
+    assert "(p-1)/(v*m+p-1)" in report.bubble_formula_table([("gpipe", 2, 4, 1)])
+
+
+def test_bad_repeats_are_refused():
+    with pytest.raises(LabkitError, match="repeats"):
+        bubble.measure(2, repeats=0)
