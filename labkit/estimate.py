@@ -284,7 +284,12 @@ def forward_flops(shape: ModelShape, seq: int, micro_batch: int) -> float:
 
 
 def training_flops(shape: ModelShape, seq: int, micro_batch: int, recompute: str = "none") -> float:
-    """Forward + backward (2x forward) + what recompute repeats: 72BsLh^2(1 + s/6h + V/12Lh) at none."""
+    """Forward + backward (2x forward) + what recompute repeats: 72BsLh^2(1 + s/6h + V/12Lh) at none.
+
+    "selective" counts Korthikanti et al.'s re-run of the attention core's forward, Q K^T and the
+    product with V, 4bs^2h a layer; torch's non-reentrant checkpoint with early stop repeats only
+    Q K^T, half of it (``labkit.reduction.tradeoffs.selective_extra_flops``). "full": every layer's forward.
+    """
     require_choice("recompute", recompute, RECOMPUTE)
     fwd = forward_flops(shape, seq, micro_batch)
     layers_fwd = fwd - 2 * seq * micro_batch * shape.hidden * shape.vocab

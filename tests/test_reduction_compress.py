@@ -9,27 +9,21 @@ import pytest
 import torch
 
 from labkit.errors import LabkitError
+from labkit.reduction.codecs import CODECS, compress, decompress, entropy_bits, entropy_bound, measure
 from labkit.reduction.compress import (
-    CODECS,
-    SPLITS,
     CompressConfig,
     CompressionRow,
-    compress,
     compression_table,
-    decompress,
-    entropy_bits,
-    entropy_bound,
-    join_planes,
-    measure,
-    plane_stats,
     ratio_text,
     run_tensors,
     samples,
-    split_planes,
-    to_bytes,
 )
+from labkit.reduction.corpora import STDLIB_TEXTS, stdlib_dir, stdlib_text
+from labkit.reduction.planes import SPLITS, join_planes, plane_stats, split_planes, to_bytes
 
 DENSE = ("weights", "gradients", "adam m", "adam v")
+REAL_TEXT = tuple(f"text: {name}" for name in STDLIB_TEXTS)
+SYNTHETIC = "text: synthetic (lab)"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +48,16 @@ def test_samples_are_the_run_tensors_in_both_dtypes(data) -> None:
     assert (tensors["weights"] != 0).float().mean() > 0.99
     total = sum(len(b) for b in data.values())
     assert 1e6 < total < 8e6  # a few MB, so the test stays fast
-    assert data["text", "utf-8"].decode("utf-8").count(" the ") > 100
+    assert data[SYNTHETIC, "utf-8"].decode("utf-8").count(" the ") > 100
+    assert b"def " in data["text: python source", "utf-8"] and b"statement" in data["text: python docs", "utf-8"]
+    assert all(len(data[k, "utf-8"]) == CompressConfig().text_bytes for k in REAL_TEXT)
+
+
+def test_real_text_is_read_from_a_fixed_list_of_stdlib_files() -> None:
+    for name, files in STDLIB_TEXTS.items():
+        assert all((stdlib_dir() / f).is_file() for f in files)
+        first = (stdlib_dir() / files[0]).read_bytes()
+        assert stdlib_text(name, 100) == first[:100] and stdlib_text(name, 100) == stdlib_text(name, 100)
 
 
 def test_dense_model_data_barely_compresses(rows) -> None:
@@ -66,9 +69,12 @@ def test_dense_model_data_barely_compresses(rows) -> None:
 
 
 def test_text_and_zeros_compress(rows) -> None:
-    text = rows["text", "utf-8"]
-    assert text.zstd3 > 4 and text.zstd19 > text.zstd3 > text.lz4 > 2
-    assert text.split_ratio is None and text.split_bound is None
+    for kind in REAL_TEXT:  # real text: 3-5x
+        text = rows[kind, "utf-8"]
+        assert 3 < text.zstd3 < text.zstd19 < 6 and text.lz4 > 2
+        assert text.split_ratio is None and text.split_bound is None
+    synthetic = rows[SYNTHETIC, "utf-8"]  # a small grammar repeats far more than real text
+    assert synthetic.zstd19 > 2 * max(rows[k, "utf-8"].zstd19 for k in REAL_TEXT)
     for dtype in ("fp32", "bf16"):
         relu, dense = rows["post-relu", dtype], rows["weights", dtype]
         assert relu.zstd3 > dense.zstd3 + 0.3 and relu.zstd19 > dense.zstd19 + 0.3
@@ -80,8 +86,9 @@ def test_entropy_bound_predicts_dense_data_and_text_beats_it(rows) -> None:
         r = rows[kind, "fp32"]
         assert r.entropy_bits > 7.0
         assert r.zstd3 == pytest.approx(r.entropy_bound, rel=0.03), kind  # measured beside predicted
-    text = rows["text", "utf-8"]
-    assert text.entropy_bound < 2.5 and text.zstd3 > 2 * text.entropy_bound  # repeated strings, not symbol odds
+    for kind in (*REAL_TEXT, SYNTHETIC):
+        text = rows[kind, "utf-8"]
+        assert text.entropy_bound < 2.5 and text.zstd3 > 1.5 * text.entropy_bound  # repeated strings, not odds
 
 
 def test_exponent_plane_holds_the_redundancy(data, rows) -> None:
@@ -150,6 +157,8 @@ def test_ratio_table_is_deterministic(rows) -> None:
         (lambda: compression_table({}, split="nibbles"), "split"),
         (lambda: CompressConfig(steps=0), "steps"),
         (lambda: CompressConfig(text_bytes=-1), "text_bytes"),
+        (lambda: stdlib_text("poetry"), "name must be one of"),
+        (lambda: stdlib_text("python docs", 0), "max_bytes"),
     ],
 )
 def test_bad_input_names_the_field(call, field: str) -> None:

@@ -13,7 +13,8 @@ module adds the two things it lacks, each with its paper:
   elements and per state, so about 2 bytes per parameter instead of 8.
 
 Memory is per device with no parallelism (one GPU, ZeRO stage 0); bytes throughout, GB = 1e9 bytes
-only in the text a person reads.
+only in the text a person reads. A GPU holds its true capacity (``Device.memory_bytes``: an "80 GB"
+A100 holds 80 GiB = 85.9e9 bytes), and fit verdicts use it.
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ def extra_compute(shape: ModelShape, seq: int, micro_batch: int, recompute: str 
 
     full: one more forward of every layer (4x forward instead of 3x, less the output layer);
     selective: the forward of the attention core alone, Q K^T and softmax(.) V, 4*b*s^2*h per
-    layer (Korthikanti et al. 2022, section 5); sqrt: the forward of every checkpointed segment,
-    all layers but the last segment (Chen et al. 2016).
+    layer (Korthikanti et al. 2022, section 5; torch's early stop repeats half of it, see
+    ``tradeoffs.selective_extra_flops``); sqrt: the forward of every checkpointed segment, all
+    layers but the last segment (Chen et al. 2016).
     """
     require_choice("recompute", recompute, RECOMPUTE_MODES)
     base = training_flops(shape, seq, micro_batch, "none")
@@ -126,7 +128,8 @@ def attention_core_share(shape: ModelShape, seq: int, micro_batch: int) -> float
 
     Korthikanti et al. 2022 quote 2.7% as selective recompute's overhead for GPT-3 175B; that is
     this share, s/(6h) / (1 + s/(6h) + V/(12Lh)). Re-doing the core's forward alone, which is all
-    selective recompute repeats, costs a third of it (``extra_compute``).
+    selective recompute repeats, costs a third of it (``extra_compute``), and torch's early stop
+    a sixth (``tradeoffs.selective_extra_flops``).
     """
     base = training_flops(shape, seq, micro_batch, "none")
     return 3 * (training_flops(shape, seq, micro_batch, "selective") - base) / base
@@ -170,12 +173,19 @@ class Design:
         return f"recompute {self.recompute}, {self.precision}, {self.optimizer_bits}-bit Adam states"
 
 
-def _why(parts: dict[str, float], capacity: int, gpu: str) -> str:
+def capacity_text(device: Device) -> str:
+    """A GPU's true capacity in GB (1e9 B) and GiB beside the figure it is sold as (an "80 GB" A100 holds 80 GiB)."""
+    cap = device.memory_bytes
+    return f"{cap / 1e9:.1f} GB = {cap / 2**30:.1f} GiB, sold as {device.memory_nominal_bytes / 1e9:g} GB"
+
+
+def _why(parts: dict[str, float], device: Device) -> str:
     total, states = sum(parts.values()), parts["parameters"] + parts["gradients"] + parts["optimizer"]
+    capacity = device.memory_bytes
     if total <= capacity:
         return ""
     over = (total - capacity) / 1e9
-    short = f"needs {total / 1e9:.1f} GB, the {gpu} holds {capacity / 1e9:.1f} GB (short by {over:.1f})"
+    short = f"needs {total / 1e9:.1f} GB, the {device.name} holds {capacity_text(device)} (short by {over:.1f} GB)"
     if states > capacity:
         return (f"{short}: model states alone take {states / 1e9:.1f} GB, so no recompute mode can fit; "
                 "it needs fewer bytes per parameter or the states sharded across GPUs")
@@ -208,7 +218,7 @@ def evaluate(model: str | ModelShape, gpu: str | Device, micro_batch: int = 1, s
     return Design(
         shape.name, device.name, micro_batch, s, recompute, precision, optimizer_bits, shape.params,
         *(float(parts[c]) for c in CATEGORIES), device.memory_bytes,
-        extra_compute(shape, s, micro_batch, recompute), _why(parts, device.memory_bytes, device.name),
+        extra_compute(shape, s, micro_batch, recompute), _why(parts, device),
     )
 
 

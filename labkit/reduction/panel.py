@@ -50,7 +50,7 @@ class ReductionPanel(Panel):
         self.design, self.best = chosen, design.cheapest_fit(*args)
         gb = chosen.total_bytes / 1e9
         if chosen.fits:
-            head = f"{gb:.1f} GB per GPU: fits on the {chosen.gpu} ({chosen.capacity_bytes / 1e9:.0f} GB)"
+            head = f"{gb:.1f} GB per GPU: fits on the {chosen.gpu} ({chosen.capacity_bytes / 1e9:.1f} GB)"
         else:
             head = f"does not fit: {chosen.reason}"
         text = f"{fit_html(chosen.fits, head)}; recompute adds {100 * chosen.extra_compute:.1f}% compute (predicted)"

@@ -16,7 +16,18 @@
 from labkit import checks, plots
 from labkit.measure import measure_step
 from labkit.model import GPTConfig
-from labkit.reduction import checkpoint_plan, compress, design, optim8bit, precision, quantize, recompute, weight_quant
+from labkit.reduction import (
+    checkpoint_plan,
+    compress,
+    design,
+    optim8bit,
+    planes,
+    precision,
+    quantize,
+    recompute,
+    tradeoffs,
+    weight_quant,
+)
 from labkit.reduction import exercises as _exercises  # noqa: F401  (registers the 05.* exercises)
 from labkit.tables import text_table
 from labkit.train import TrainConfig, seed_everything
@@ -28,6 +39,12 @@ seed_everything(0)
 #
 # zstd and lz4 compress text several-fold. **Predict:** what ratio (raw bytes / compressed
 # bytes) does zstd reach on the fp32 weights of a trained model? On its gradients?
+#
+# Beside the run's tensors, three text samples of the same size: two real ones that ship with
+# Python (its `email` package's source code, and `pydoc_data/topics.py`, the Language
+# Reference text that `help()` shows; a fixed list of standard-library files, so the same
+# Python gives the same bytes), and the lab's own corpus, labelled *synthetic*: a small
+# generated grammar the tiny GPT trains on.
 
 # %%
 predicted_weight_ratio = None  # e.g. 2.0
@@ -42,9 +59,11 @@ print(checks.reveal_number(predicted_weight_ratio, weights.zstd3, "zstd-3 on fp3
 # %% [markdown]
 # Read the table column by column. **H** is the order-0 entropy of the byte stream in bits
 # per byte, and **8/H** the best ratio a coder of independent bytes can reach (Shannon):
-# the prediction beside each measurement. Dense fp32 data sits at H ≈ 7.4 of 8 bits, so
-# zstd gets about 1.08×, right at the bound, and lz4 nothing. Text compresses far beyond
-# 8/H because it repeats whole strings. What does compress in a model is **zeros**: the
+# the prediction beside each measurement. Dense fp32 data sits above 7 of 8 bits, so zstd
+# lands right at the bound, a few per cent, and lz4 saves nothing. Real text compresses
+# several-fold, well beyond its 8/H, because it repeats whole strings (keywords, identifiers,
+# phrases); the synthetic corpus repeats far more than real writing, so its ratio overstates
+# what text gives: compare model data with the real rows. What does compress in a model is **zeros**: the
 # causally masked half of the attention probabilities and post-ReLU activations (ReLU
 # applied to the run's real MLP pre-activations; this GPT uses GeLU, which makes no exact
 # zeros). The `activations` row is helped by the attention probabilities inside it.
@@ -54,13 +73,13 @@ print(checks.reveal_number(predicted_weight_ratio, weights.zstd3, "zstd-3 on fp3
 # and compress each plane on its own:
 
 # %%
-print(compress.plane_text(compress.plane_stats(data["weights", "fp32"], "fp32")))
+print(planes.plane_text(planes.plane_stats(data["weights", "fp32"], "fp32")))
 
 # %% [markdown]
-# The exponent takes a couple of dozen distinct values and compresses 2.5×; the mantissa
-# bytes are random. That caps lossless compression of dense weights near 1.2× in fp32
-# (1.4–1.5× in bf16, which has fewer mantissa bits), the `split` columns above. Memory has
-# to come from elsewhere.
+# The exponent takes a few dozen distinct values at most and compresses; the mantissa
+# bytes are random. That caps lossless compression of dense weights near the `split`
+# columns above, a little more in bf16, which has fewer mantissa bits. Memory has to come
+# from elsewhere.
 #
 # The speed of each codec on this machine (wall clock, so not checked):
 
@@ -100,8 +119,39 @@ print(checks.reveal_number(predicted_full_share, 100 * full.per_layer[0] / none.
 # 1/σ, which the paper rounds away), every FLOP too, and the gradients are bit-identical
 # with dropout on: checkpoint saves the random-number state before a region and replays
 # it. The price is compute: full recompute repeats every block's forward, a third more
-# FLOPs for the layers. Selective repeats only QKᵀ here (torch stops recomputing as soon
-# as the tensors backward needs are back), so its extra FLOPs are tiny.
+# FLOPs for the layers.
+#
+# **Selective recompute, two counts.** The attention core's forward is two matmuls, QKᵀ and
+# the probabilities times V, 2bs²h FLOPs each per layer. Korthikanti et al. (2022, §5)
+# re-run the whole core: 4bs²h a layer, labkit's `estimate.training_flops` count. torch's
+# non-reentrant checkpoint stops recomputing as soon as every tensor backward needs is back
+# (`early_stop`, its default); the second matmul saves its inputs, not its output, so it is
+# never re-run: only QKᵀ, 2bs²h a layer, and that is what the `predicted extra` column above
+# predicts and the FLOP counter measures.
+#
+# What does it buy? Korthikanti et al. report for GPT-3 175B that selective recompute cuts
+# activation memory by about 70% for about 2.7% more FLOPs. The tiny GPT (measured, fp32)
+# beside GPT-3 (labkit's model, 16-bit, s = 2,048, b = 1):
+
+# %%
+from labkit.shapes import ModelShape, model_shape
+
+selective, tiny, gpt3 = plans[-1], ModelShape.from_config(micro.model), model_shape("gpt3-175b")
+assert selective.extra_flops == tradeoffs.selective_extra_flops(tiny, 16, 2, early_stop=True)  # measured = model
+headline = [(tradeoffs.measured_tradeoff("tiny GPT (measured)", tiny, 16, 2, none.per_layer[0],
+                                         selective.per_layer[0], none.flops, selective.extra_flops), tiny),
+            (tradeoffs.selective_tradeoff(gpt3, 2048, name="GPT-3 175B (labkit's model)"), gpt3)]
+print(tradeoffs.selective_text(headline))
+
+# %% [markdown]
+# Selective recompute removes the attention scores' 5as/h term of a layer's sbh(34 + 5as/h)
+# bytes, so what it saves is 5as/h against 34: small for the tiny GPT's short sequences,
+# about 70% for GPT-3's 2,048 tokens and 96 heads, the paper's figure. For the FLOPs, the
+# paper's 2.7% matches the last column, the core's forward *and* backward share of a step
+# (the last two columns are labkit's counts, for both rows);
+# re-running the core's forward once costs a third of that (the paper's own count of what
+# is repeated), and torch's early stop half as much again. All three are small against full
+# recompute's third: that is the paper's point.
 #
 # What it costs on this CPU (wall clock, not checked):
 
@@ -274,14 +324,20 @@ assert all(r.payload_bytes == r.predicted_bytes for r in stored)
 # %% [markdown]
 # ## 7 · Scale and design: a real model on a real GPU
 #
-# GPT-2 XL (1.56 B parameters, s = 1,024) on a 24 GB RTX 4090 (predicted). **Predict:**
-# does it fit with bf16 mixed precision and no recompute? With full recompute?
+# GPT-2 XL (1.56 bn parameters, s = 1,024) on an RTX 4090, a card sold as "24 GB" (predicted).
+# Capacities here are true capacities: a GPU sold as "24 GB" holds 24 GiB (2³⁰ bytes each),
+# and every fit below is judged against that; GB means 1e9 bytes. **Predict:** does it fit with
+# bf16 mixed precision and no recompute? With full recompute?
 
 # %%
 predicted_fit_none = None  # True or False
 predicted_fit_full = None  # True or False
 
 # %%
+from labkit import hardware
+
+print(f"RTX-4090: {design.capacity_text(hardware.gpu('RTX-4090'))}; extra compute of selective: the core's "
+      "whole forward (Korthikanti's count)")
 xl = {m: design.evaluate("gpt2-xl", "RTX-4090", 1, 1024, recompute=m) for m in design.RECOMPUTE_MODES}
 for mode, d in xl.items():
     print(f"{mode:10} {d.total_bytes / 1e9:5.1f} GB, extra compute {100 * d.extra_compute:4.1f}%: "
@@ -294,18 +350,32 @@ print(f"cheapest change that fits: {cheapest.label}: {cheapest.total_bytes / 1e9
       f"+{100 * cheapest.extra_compute:.1f}% compute")
 
 # %% [markdown]
-# Recompute cannot rescue a model whose *states* do not fit: that takes fewer bytes per
-# parameter (8-bit states) or sharding (ZeRO, notebook 02). A note on Korthikanti et al.'s
-# 2.7% for selective recompute on GPT-3: that figure equals the attention core's forward
-# *and* backward share of a step (labkit computes 2.69%); re-running only its forward
-# costs a third of it (0.9%).
+# The model states take almost the whole card, so recompute has only the activations to
+# work with, and only full recompute shrinks them far enough, for a third more compute. The
+# cheapest change that fits is not recompute at all: 8-bit Adam states (section 6) free more
+# bytes than any recompute mode, at no extra compute.
+#
+# Why does per-layer full recompute hold *less* than Chen et al.'s √n plan, which was
+# designed to minimise memory? Chen's argument: keep each segment's input, rebuild one
+# segment of k layers at a time, so the peak is about (L/k)·input + k·layer, least at
+# k = √L *when a kept input costs as much as a layer's activations*. A transformer layer's
+# input is 2sbh bytes beside its sbh(34 + 5as/h) of activations. Every segment length for
+# GPT-2 XL, counted the same way for each (kept inputs plus the segment being rebuilt):
 
 # %%
-from labkit.shapes import model_shape
+xl_shape = model_shape("gpt2-xl")
+segments = tradeoffs.segment_sweep(xl_shape, 1024)
+print(tradeoffs.segment_text(segments, xl_shape))
+print(f"best segment length sqrt(L x input / layer) = {tradeoffs.best_segment_estimate(xl_shape, 1024):.2f} layers, "
+      f"against Chen's sqrt(L) = {design.sqrt_segment(xl_shape.layers)}")
+assert min(segments, key=lambda r: r.peak_bytes).segment == 1
 
-gpt3 = model_shape("gpt3-175b")
-print(f"GPT-3, s = 2048: attention core {100 * design.attention_core_share(gpt3, 2048, 1):.2f}% of a step; "
-      f"selective recompute adds {100 * design.extra_compute(gpt3, 2048, 1, 'selective'):.2f}% (predicted)")
+# %% [markdown]
+# With inputs this cheap beside the layers, the optimum segment is a single layer: per-layer
+# full recompute *is* the minimum-memory plan, and √L segments keep several whole layers
+# alive at once while one is rebuilt. (The design table's `full` row counts only the stored
+# inputs, as Korthikanti et al.'s Table 2 does; while a layer is rebuilt its activations are
+# alive too, which the sweep's first row includes: still far below the √L plan.)
 
 # %% [markdown]
 # Now design: pick a model, a GPU, the sequence and micro-batch, and combine recompute,
