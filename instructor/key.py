@@ -53,5 +53,16 @@ def evict(resident: set[int], future: list[int]) -> int:
     return max(sorted(resident), key=next_use)
 
 
+def choose_swaps(act_bytes: list[float], budget: float) -> list[bool]:
+    """04.code.choose_swaps: largest first until the kept activations fit the budget."""
+    swap, kept = [False] * len(act_bytes), sum(act_bytes)
+    for i in sorted(range(len(act_bytes)), key=lambda k: -act_bytes[k]):
+        if kept <= budget:
+            break
+        swap[i], kept = True, kept - act_bytes[i]
+    return swap
+
+
 REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
-              "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save, "08.code.evict": evict}
+              "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save, "08.code.evict": evict,
+              "04.code.choose_swaps": choose_swaps}

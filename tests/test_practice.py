@@ -81,3 +81,10 @@ def test_lru_misses_more_than_the_optimum_on_a_real_trace():
 
     fb = practice.check_code("08.code.evict", lru)
     assert not fb and "the optimum is" in str(fb)
+
+
+def test_swapping_everything_fits_but_moves_too_much():
+    fb = practice.check_code("04.code.choose_swaps", lambda acts, budget: [True] * len(acts))
+    assert not fb and "largest-first moves" in str(fb)
+    fb = practice.check_code("04.code.choose_swaps", lambda acts, budget: [False] * len(acts))
+    assert not fb and "peak" in str(fb)

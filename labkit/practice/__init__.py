@@ -80,4 +80,11 @@ def safely(name: str, call: Callable[[], object], expected: object, same: Callab
 
 
 def _load() -> None:
-    from labkit.practice import checkpoint, eviction, pipeline, storage, tensor_parallel  # noqa: F401 - registers
+    from labkit.practice import (  # noqa: F401 - importing them registers their exercises
+        checkpoint,
+        eviction,
+        pipeline,
+        storage,
+        swapping,
+        tensor_parallel,
+    )
