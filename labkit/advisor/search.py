@@ -57,13 +57,16 @@ FIT_RULES = ("memory", "host-dram", "nvme")  # broken by size alone: a bigger ma
 
 def layout_problem(shape: ModelShape, lay: Layout, mc: Machine) -> tuple[str, str]:
     """(rule, why) a layout cannot be built at all, whatever its options; ("", "") when it can."""
-    node, name = mc.cluster.gpus_per_node, "NVLink" if mc.cluster.device.nvlink else "PCIe"
+    dev, node = mc.cluster.device, mc.cluster.gpus_per_node
+    name = "NVLink" if dev.nvlink else "PCIe"
+    if dev.nvlink:  # the NVLink/NVSwitch domain: the host's where it says, else the GPU's (8 on a DGX)
+        node = min(node, mc.host.nvlink_domain_gpus or dev.nvlink_domain_gpus)
     if lay.gpus != mc.cluster.n_gpus:
         return "gpus", f"dp x tp x pp = {lay.gpus}, not the {mc.cluster.n_gpus} GPUs of the cluster"
     if shape.heads % lay.tp:
         return "tp-heads", f"tp={lay.tp} does not divide the {shape.heads} attention heads"
     if lay.tp > node:
-        return "tp-node", f"tp={lay.tp} crosses the {node}-GPU {name} domain of a node"
+        return "tp-node", f"tp={lay.tp} crosses the {node}-GPU {name} domain of a node"  # over the network
     if shape.layers % lay.pp:
         return "pp-layers", f"pp={lay.pp} does not divide the {shape.layers} layers"
     return "", ""
