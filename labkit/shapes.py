@@ -33,6 +33,7 @@ class ModelShape:
     gated: bool = False  # SwiGLU MLP: three matrices instead of two
     norm: str = "layernorm"
     bias: bool = True
+    qkv_bias: bool = False  # biases on Q, K, V only (Qwen2), when ``bias`` is False
     tied: bool = True
     learned_pos: bool = True
     dropout: bool = True
@@ -63,7 +64,7 @@ class ModelShape:
     def params_per_layer(self) -> int:
         h, f, kv = self.hidden, self.ffn_size, self.kv_hidden
         norms = 2 * (2 * h if self.norm == "layernorm" else h)
-        attn = h * (h + 2 * kv) + h * h + (h + 2 * kv + h if self.bias else 0)
+        attn = h * (h + 2 * kv) + h * h + (h + 2 * kv + h if self.bias else h + 2 * kv if self.qkv_bias else 0)
         mlp = (3 if self.gated else 2) * h * f + ((f + h) if self.bias else 0)
         return norms + attn + mlp
 

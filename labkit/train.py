@@ -15,18 +15,22 @@ Precision follows the ZeRO paper's accounting (Rajbhandari et al., SC 2020):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from labkit.data import Batches, batches, vocab_size
-from labkit.errors import require_choice, require_positive
+from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.model import GPTConfig, TinyGPT
 
 TRAIN_PRECISIONS = ("fp32", "bf16-mixed")
+MODEL_PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")  # a user's own model (``Trainer(model=...)``)
+Batch = Any  # (x, y), a dict of keyword arguments (transformers' style), or one tensor
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 DEFAULT_THREADS = 2
 
 
@@ -92,25 +96,110 @@ class TrainConfig:
         require_choice("precision", self.precision, TRAIN_PRECISIONS)
 
 
-class Trainer:
-    """A tiny GPT, its optimizer and its data; ``step(i)`` trains on batch ``i``."""
+def batch_tensors(batch: Batch) -> list[torch.Tensor]:
+    """The tensors of a batch, whatever its form: what a measurement leaves out of the activations."""
+    if torch.is_tensor(batch):
+        return [batch]
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (tuple, list)) else ()
+    return [t for t in values if torch.is_tensor(t)]
 
-    def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
-        seed_everything(cfg.seed, cfg.threads)
-        self.model = TinyGPT(cfg.model)
-        self.data: Batches = batches(cfg.batch_size, cfg.model.seq_len, seed=cfg.seed)
-        params = list(self.model.parameters())
-        if cfg.precision == "fp32":
-            self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=False)
-        else:
-            self.model.to(torch.bfloat16)
-            self.optimizer = MasterWeightAdamW(params, lr=cfg.lr)
+
+def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The loss a model returns itself: ``model(**batch).loss`` (transformers), ``model(x, y)[1]`` (TinyGPT).
+
+    A dict batch is passed as keyword arguments, a tuple as positional ones. The output's ``loss``
+    attribute or key is used, else the last 0-dim tensor of a tuple, else a 0-dim output itself.
+    """
+    out = model(**batch) if isinstance(batch, Mapping) else model(*batch) if isinstance(batch, (tuple, list)) \
+        else model(batch)
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, Mapping):
+        loss = out.get("loss")
+    if loss is None and isinstance(out, (tuple, list)):
+        loss = next((t for t in reversed(out) if torch.is_tensor(t) and t.dim() == 0), None)
+    if loss is None and torch.is_tensor(out) and out.dim() == 0:
+        loss = out
+    if loss is None:
+        raise LabkitError("loss: the model returned no loss (no .loss, no 0-dim tensor): pass loss=fn(model, batch)")
+    return loss
+
+
+class Trainer:
+    """A model, its optimizer and its data; ``step(i)`` trains on batch ``i``.
+
+    ``Trainer(cfg)`` builds the lab's tiny GPT. ``Trainer(model=m, data=batch)`` trains a user's
+    own ``nn.Module`` the same way: ``data`` is one batch or a function of the step, ``loss`` a
+    function ``(model, batch) -> loss`` (default: the loss the model returns, as transformers'
+    models do with ``labels``), ``precision`` one of ``MODEL_PRECISIONS`` and ``blocks`` the
+    qualified name of the ``nn.ModuleList`` of repeated layers (default: found by
+    ``labkit.blocks.find_blocks``). A given ``optimizer`` is kept (fp32 and bf16-autocast only);
+    the default is the lab's AdamW (fp32 moments, fp32 master weights in bf16-mixed).
+    """
+
+    def __init__(self, cfg: TrainConfig | None = None, *, model: nn.Module | None = None,
+                 data: Batch | Callable[[int], Batch] | None = None, optimizer: torch.optim.Optimizer | None = None,
+                 loss: LossFn | None = None, precision: str | None = None, blocks: str | None = None,
+                 lr: float = 3e-3, seed: int = 0, threads: int = DEFAULT_THREADS) -> None:
         self.steps_done = 0
+        self.loss_fn = loss
+        if model is None:
+            cfg = cfg or TrainConfig()
+            self.cfg = cfg
+            seed_everything(cfg.seed, cfg.threads)
+            self.model = TinyGPT(cfg.model)
+            self.data: Batches | Callable[[int], Batch] = batches(cfg.batch_size, cfg.model.seq_len, seed=cfg.seed)
+            self.precision, self.blocks = cfg.precision, "h"
+            params = list(self.model.parameters())
+            if cfg.precision == "fp32":
+                self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=False)
+            else:
+                self.model.to(torch.bfloat16)
+                self.optimizer = MasterWeightAdamW(params, lr=cfg.lr)
+            return
+        self._init_user_model(cfg, model, data, optimizer, precision, blocks, lr, seed, threads)
+
+    def _init_user_model(self, cfg, model, data, optimizer, precision, blocks, lr, seed, threads) -> None:
+        from labkit.blocks import find_blocks
+
+        if not isinstance(model, nn.Module):
+            raise LabkitError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+        if data is None:
+            raise LabkitError("data must be given with model: one batch, or a function step -> batch")
+        precision = precision or (cfg.precision if cfg else "fp32")
+        require_choice("precision", precision, MODEL_PRECISIONS)
+        self.cfg, self.model, self.precision = cfg, model, precision
+        seed_everything(cfg.seed if cfg else seed, cfg.threads if cfg else threads)
+        self.data = data if callable(data) and not isinstance(data, nn.Module) else (lambda step: data)
+        self.blocks = find_blocks(model) if blocks is None else find_blocks(model, blocks)
+        params = [p for p in model.parameters() if p.requires_grad]
+        lr = cfg.lr if cfg else lr
+        if precision == "bf16-mixed":
+            if optimizer is not None:
+                raise LabkitError("optimizer: bf16-mixed uses the lab's MasterWeightAdamW (fp32 master weights); "
+                                  "pass optimizer=None, or precision fp32 or bf16-autocast")
+            model.to(torch.bfloat16)
+            self.optimizer = MasterWeightAdamW(params, lr=lr)
+        else:
+            self.optimizer = optimizer or torch.optim.AdamW(params, lr=lr, weight_decay=0.0, foreach=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def forward_context(self) -> AbstractContextManager:
-        """What the forward pass runs inside (nothing here; autocast in ``reduction.precision``)."""
+        """What the forward pass runs inside: autocast for a user model in bf16-autocast, else nothing
+        (``reduction.precision`` overrides it for the tiny GPT)."""
+        if getattr(self, "precision", None) == "bf16-autocast":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return nullcontext()
+
+    def compute_loss(self, batch: Batch) -> torch.Tensor:
+        """The loss of one batch: the tiny GPT's ``model(x, y)[1]``, or the user's loss function."""
+        if self.loss_fn is not None:
+            return self.loss_fn(self.model, batch)
+        if isinstance(self.model, TinyGPT):
+            return self.model(*batch)[1]
+        return default_loss(self.model, batch)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward from ``loss`` (a scaled loss in fp16 training overrides this)."""
@@ -118,9 +207,9 @@ class Trainer:
 
     def forward_backward(self, step: int) -> torch.Tensor:
         """Loss of batch ``step``, with gradients accumulated into ``.grad``."""
-        x, y = self.data(step)
+        batch = self.data(step)
         with self.forward_context():
-            _, loss = self.model(x, y)
+            loss = self.compute_loss(batch)
         self.backward(loss)
         return loss
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from labkit.cli import advise, estimate, hardware
+from labkit.cli import advise, estimate, hardware, measure
 from labkit.errors import LabkitError
 
-SUBCOMMANDS = (estimate, hardware, advise)
+SUBCOMMANDS = (estimate, hardware, advise, measure)
 
 
 def _bench(a: argparse.Namespace) -> int:

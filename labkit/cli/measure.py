@@ -1,0 +1,82 @@
+"""``labkit measure``: one real step of a model (a config.json, or the tiny GPT), measured beside predicted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from labkit.cli.common import count_text, parse_int, table
+from labkit.errors import LabkitError
+
+PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")
+
+
+def _ratio(m: float, p: float | None) -> str:
+    return "-" if p in (None, 0) or not m else f"{m / p:.3f}"
+
+
+def format_report(r) -> str:
+    """The report for people: bytes, and measured/predicted."""
+    s = r.setup
+    lines = [f"{r.model}: {count_text(r.params)} parameters ({r.params:,}), {s['precision']}, "
+             f"batch {s['batch']}, seq {s['seq']}, {s['attention']} attention, cache {'on' if s['cache'] else 'off'}, "
+             f"{s['device']}, layers in {s['blocks']}"]
+    rows = [[name, f"{m:,}", "-" if p is None else f"{p:,.0f}", _ratio(m, p)] for name, m, p in r.rows()]
+    pk = r.peak
+    rows.append(["whole-step peak", f"{pk['measured']:,}", "-" if pk["predicted"] is None else
+                 f"{pk['predicted']:,.0f}", _ratio(pk["measured"], pk["predicted"])])
+    lines += ["", table(["bytes", "measured", "predicted", "measured/predicted"], rows)]
+    lines.append(f"peak in the {pk['phase']} phase; predicted peak = the predicted categories (no temporaries)")
+    if pk["reserved"] is not None:
+        lines.append(f"caching allocator reserved {pk['reserved']:,} B at most: {pk['allocator_reserve']:,} B "
+                     "beyond the allocated peak")
+    if any(p is None for _, _, p in r.rows()):
+        lines.append("(-: no prediction; activations are predicted for fp32 and bf16-mixed)")
+    return "\n".join(lines)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("measure", help="one real training step of a model, measured beside predicted")
+    p.add_argument("--hf-config", help="a transformers config.json (GPT-2, Llama, Mistral, Qwen2) or a shipped "
+                   "name (datasets/hf_configs); default: the lab's tiny GPT")
+    p.add_argument("--layers", help="keep the config's widths but build only this many layers")
+    p.add_argument("--batch", default="2", help="micro-batch (default 2)")
+    p.add_argument("--seq", default="32", help="sequence length (default 32)")
+    p.add_argument("--precision", default="fp32", help=", ".join(PRECISIONS))
+    p.add_argument("--attention", default="sdpa", help="eager, sdpa (the tiny GPT: explicit, fused)")
+    p.add_argument("--cache", action="store_true", help="use_cache=True while training (transformers' default)")
+    p.add_argument("--dropout", help="dropout probability for every dropout (default: the config's)")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--json", action="store_true", help="print bytes as JSON")
+    p.set_defaults(run=run)
+
+
+def run(a: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from labkit.own_model import compare_model
+
+    batch, seq = parse_int("batch", a.batch), parse_int("seq", a.seq)
+    layers = parse_int("layers", a.layers) if a.layers is not None else None
+    dropout = None
+    if a.dropout is not None:
+        try:
+            dropout = float(a.dropout)
+        except ValueError:
+            dropout = -1.0
+        if not 0.0 <= dropout < 1.0:
+            raise LabkitError(f"dropout must be a number in [0, 1) (got {a.dropout!r})")
+    bar = tqdm(total=4, desc="labkit measure", file=sys.stderr, leave=False)
+
+    def progress(what: str) -> None:
+        bar.set_postfix_str(what)
+        bar.update(0 if bar.n == 0 and what == "building the model" else 1)
+
+    try:
+        report = compare_model(a.hf_config, batch, seq, a.precision, a.attention, a.cache, dropout, a.device,
+                               progress, layers)
+    finally:
+        bar.close()
+    print(json.dumps(report.to_json(), indent=2) if a.json else format_report(report))
+    return 0
