@@ -63,6 +63,16 @@ def choose_swaps(act_bytes: list[float], budget: float) -> list[bool]:
     return swap
 
 
+def update_scale(scale: float, good_steps: int, found_inf: bool, growth_interval: int) -> tuple[float, int]:
+    """05.code.update_scale: halve and reset on overflow; double after growth_interval clean steps."""
+    if found_inf:
+        return scale * 0.5, 0
+    good_steps += 1
+    if good_steps == growth_interval:
+        return scale * 2.0, 0
+    return scale, good_steps
+
+
 REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
               "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save, "08.code.evict": evict,
-              "04.code.choose_swaps": choose_swaps}
+              "04.code.choose_swaps": choose_swaps, "05.code.update_scale": update_scale}

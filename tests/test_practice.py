@@ -88,3 +88,14 @@ def test_swapping_everything_fits_but_moves_too_much():
     assert not fb and "largest-first moves" in str(fb)
     fb = practice.check_code("04.code.choose_swaps", lambda acts, budget: [False] * len(acts))
     assert not fb and "peak" in str(fb)
+
+
+def test_a_scaler_that_never_resets_its_count_is_caught():
+    def no_reset(scale, good, inf, interval):
+        if inf:
+            return scale / 2, good
+        good += 1
+        return (scale * 2, 0) if good == interval else (scale, good)
+
+    fb = practice.check_code("05.code.update_scale", no_reset)
+    assert not fb and "resets the clean-step count" in str(fb) and "torch's GradScaler holds" in str(fb)

@@ -83,6 +83,7 @@ def _load() -> None:
     from labkit.practice import (  # noqa: F401 - importing them registers their exercises
         checkpoint,
         eviction,
+        loss_scale,
         pipeline,
         storage,
         swapping,

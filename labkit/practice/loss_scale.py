@@ -1,0 +1,72 @@
+"""Notebook 05's coding exercise: dynamic loss scaling, step for step against torch's own GradScaler.
+
+The learner writes ``update_scale(scale, good_steps, found_inf, growth_interval)`` returning
+``(new_scale, new_good_steps)``: fp16 training multiplies the loss by ``scale`` so small
+gradients do not flush to zero, skips a step whose gradients overflowed and halves the
+scale, and doubles it after ``growth_interval`` clean steps in a row (Micikevicius et al.,
+"Mixed Precision Training", ICLR 2018, section 3.2). Each case runs a real
+``torch.amp.GradScaler`` on a real parameter whose gradient is made to overflow at chosen
+steps, and compares the learner's scale with torch's after every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from labkit.practice import Case, CodingExercise, register
+
+PATTERNS = (
+    ("no overflow, growth interval 3", (False,) * 8, 3),
+    ("overflow at steps 2 and 3, interval 2", (False, False, True, True, False, False, False), 2),
+    ("an overflow resets the clean-step count, interval 3", (False, False, True, False, False, False, False), 3),
+)
+
+
+def torch_scales(overflows: tuple[bool, ...], interval: int, init: float = 2.0**16) -> list[float]:
+    """The scale torch's GradScaler holds after each step, gradients overflowing where ``overflows`` says."""
+    import torch
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=init, growth_interval=interval)
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.SGD([p], lr=0.0)
+    out = []
+    for inf in overflows:
+        scaler.scale(p.sum()).backward()
+        if inf:
+            p.grad[0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        out.append(float(scaler.get_scale()))
+    return out
+
+
+def run(fn: Callable[[float, int, bool, int], tuple[float, int]]) -> list[Case]:
+    cases = []
+    for name, overflows, interval in PATTERNS:
+        want = torch_scales(overflows, interval)
+        try:
+            scale, good, got = 2.0**16, 0, []
+            for inf in overflows:
+                scale, good = fn(scale, good, inf, interval)
+                got.append(float(scale))
+        except NotImplementedError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+            continue
+        bad = next((k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b), None)
+        cases.append(Case(name, bad is None, "" if bad is None else
+                          f"after step {bad} torch's GradScaler holds {want[bad]:g}, yours {got[bad]:g}"))
+    return cases
+
+
+register(CodingExercise(
+    "05.code.update_scale",
+    "Write update_scale(scale, good_steps, found_inf, growth_interval) -> (new_scale, new_good_steps): the loss "
+    "scale after one fp16 step, as torch's GradScaler keeps it (halve on overflow, double after growth_interval "
+    "clean steps).",
+    run,
+    "On an overflow: halve the scale and start counting clean steps from 0 again. Otherwise count the step; when "
+    "the count reaches growth_interval, double the scale and reset the count.",
+))
