@@ -1,0 +1,106 @@
+"""Seconds one GPU spends in one transformer layer's kernels: a roofline of its GEMMs, attention and element-wise ops.
+
+The end-to-end efficiency Megatron-LM reports (about half of an A100's peak, Narayanan et al.,
+SC 2021, Table 1) already contains the pipeline bubble and the communication; using it as the
+kernels' efficiency and adding those again counts them twice. This module prices the kernels
+alone, from the shapes, so that the bubble and the collectives (``steptime``) can be added once:
+
+* each GEMM (M x K by K x N) takes the slower of its FLOPs at ``GEMM_EFFICIENCY`` of the
+  device's dense peak and its operand bytes at ``HBM_EFFICIENCY`` of its memory bandwidth
+  (roofline, Williams, Waterman and Patterson, CACM 2009). ``GEMM_EFFICIENCY`` = 0.80: "optimized
+  GEMM can reach up to 80-90% of the theoretical maximum device throughput" on an A100 (Dao,
+  FlashAttention-2, 2023, section 1); the lower end, as training GEMMs are not all square and
+  large. ``HBM_EFFICIENCY`` = 0.89: that benchmark suite's memory-bandwidth test reached 1,727 of 1,935
+  GB/s on an A800 80GB PCIe, the A100's silicon (github.com/mli/transformers-benchmarks, issue 4);
+* attention without FlashAttention (Megatron-LM 2021): per head, QK^T and the product with V are
+  batched GEMMs with the head dimension as inner size, so they are memory-bound on an A100 below
+  a head dimension of about 150; the fused scale-mask-softmax reads and writes the s x s scores
+  (2 + 2 bytes) and dropout reads them, writes them and a 1-byte mask (Narayanan et al. 2021,
+  section 4.2, fused kernels). With ``flash`` attention the s x s matrix never reaches HBM
+  (Dao et al., NeurIPS 2022) and the two products run at ``FLASH_EFFICIENCY`` = 0.50 of peak
+  (FlashAttention-2 reaches "50-73% of the theoretical maximum FLOPs/s on A100", Dao 2023; its
+  lower end, as the backward pass is slower);
+* element-wise kernels are memory-bound: two layer norms (read and write b s h), two fused
+  bias-dropout-add (read input and residual, write output and a 1-byte mask) and the fused
+  bias-GeLU on the MLP's hidden (Narayanan et al. 2021, section 4.2). Without sequence
+  parallelism every tensor-parallel rank runs the b s h ones whole; with it they are split t
+  ways (Korthikanti et al. 2022, section 4.2.2);
+* backward does twice the forward's GEMM FLOPs and moves about twice its bytes (the weight- and
+  input-gradient GEMMs, and the element-wise ops' gradients read saved inputs as well);
+* each kernel launch costs ``LAUNCH_S`` = 4 us, an assumption (a launch costs microseconds): it
+  only shows at tiny shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from labkit.hardware import Device
+from labkit.shapes import ModelShape
+
+GEMM_EFFICIENCY = 0.80
+HBM_EFFICIENCY = 0.89
+FLASH_EFFICIENCY = 0.50
+LAUNCH_S = 4e-6
+KERNELS_PER_LAYER = 24  # forward: 4 GEMM groups, 2 batched attention GEMMs, softmax, dropouts, norms, adds
+BACKWARD_FACTOR = 2.0  # backward = 2 x forward FLOPs (Narayanan et al. 2021, appendix) and about 2 x bytes
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds of one layer's forward on one GPU for one micro-batch, by kind of kernel."""
+
+    gemm: float
+    attention: float
+    elementwise: float
+    launch: float
+
+    @property
+    def forward(self) -> float:
+        return self.gemm + self.attention + self.elementwise + self.launch
+
+    @property
+    def backward(self) -> float:
+        return BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + self.launch
+
+
+def gemm_seconds(m: float, n: float, k: float, dev: Device, dtype: str = "bf16", e: int = 2, count: float = 1.0,
+                 efficiency: float = GEMM_EFFICIENCY) -> float:
+    """``count`` GEMMs of (m x k) @ (k x n): the slower of FLOPs at ``efficiency`` x peak and bytes at HBM speed."""
+    flops = 2.0 * m * n * k * count
+    nbytes = e * (m * k + k * n + m * n) * count
+    return max(flops / (dev.peak_flops[dtype] * efficiency), nbytes / (dev.memory_bandwidth * HBM_EFFICIENCY))
+
+
+def stream_seconds(nbytes: float, dev: Device) -> float:
+    """A memory-bound kernel: its bytes at ``HBM_EFFICIENCY`` of the memory bandwidth."""
+    return nbytes / (dev.memory_bandwidth * HBM_EFFICIENCY)
+
+
+@lru_cache(maxsize=4096)
+def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
+                sp: bool = False, flash: bool = False) -> LayerTimes:
+    """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text)."""
+    e = 4 if dtype == "fp32" else 2
+    rows, h, t = micro_batch * seq, shape.hidden, tp
+    kv, ffn = shape.kv_hidden, shape.ffn_size
+    gemm = gemm_seconds(rows, (h + 2 * kv) / t, h, dev, dtype, e)  # QKV
+    gemm += gemm_seconds(rows, h, h / t, dev, dtype, e)  # attention output projection
+    gemm += gemm_seconds(rows, ffn / t, h, dev, dtype, e, count=2 if shape.gated else 1)  # MLP up (and gate)
+    gemm += gemm_seconds(rows, h, ffn / t, dev, dtype, e)  # MLP down
+    heads, d = micro_batch * shape.heads / t, h // shape.heads
+    if flash:
+        attention = 4.0 * heads * seq * seq * d / (dev.peak_flops[dtype] * FLASH_EFFICIENCY)
+    else:
+        attention = gemm_seconds(seq, seq, d, dev, dtype, e, count=2 * heads)  # QK^T and scores @ V
+        attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
+    wide = rows * h / (t if sp and t > 1 else 1)  # b s h tensors: whole on every rank without sequence parallelism
+    elementwise = stream_seconds(wide * (2 * 2 * e + 2 * (3 * e + 1)) + rows * ffn / t * 2 * e, dev)
+    return LayerTimes(gemm, attention, elementwise, KERNELS_PER_LAYER * LAUNCH_S)
+
+
+@lru_cache(maxsize=1024)
+def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16") -> float:
+    """Forward of the output layer (h x V GEMM, split over tp) on the last pipeline stage, one micro-batch."""
+    return gemm_seconds(micro_batch * seq, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2)
