@@ -73,6 +73,14 @@ def update_scale(scale: float, good_steps: int, found_inf: bool, growth_interval
     return scale, good_steps
 
 
+def footprint(it_joules: float, pue: float, g_co2_per_kwh: float, ssd_bytes_written: float, drives: int,
+              endurance_bytes: float) -> tuple[float, float, float]:
+    """07.code.footprint: facility kWh = IT J x PUE / 3.6e6; kg = kWh x g/kWh / 1000; life = bytes/drives/endurance."""
+    kwh = it_joules * pue / 3.6e6
+    return kwh, kwh * g_co2_per_kwh / 1000, ssd_bytes_written / drives / endurance_bytes
+
+
 REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
               "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save, "08.code.evict": evict,
-              "04.code.choose_swaps": choose_swaps, "05.code.update_scale": update_scale}
+              "04.code.choose_swaps": choose_swaps, "05.code.update_scale": update_scale,
+              "07.code.footprint": footprint}

@@ -99,3 +99,11 @@ def test_a_scaler_that_never_resets_its_count_is_caught():
 
     fb = practice.check_code("05.code.update_scale", no_reset)
     assert not fb and "resets the clean-step count" in str(fb) and "torch's GradScaler holds" in str(fb)
+
+
+def test_a_footprint_without_pue_is_caught():
+    def no_pue(j, pue, g, b, d, e):
+        return j / 3.6e6, j / 3.6e6 * g / 1000, b / d / e
+
+    fb = practice.check_code("07.code.footprint", no_pue)
+    assert not fb and "facility kWh" in str(fb)

@@ -83,6 +83,7 @@ def _load() -> None:
     from labkit.practice import (  # noqa: F401 - importing them registers their exercises
         checkpoint,
         eviction,
+        footprint,
         loss_scale,
         pipeline,
         storage,

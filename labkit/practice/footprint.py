@@ -1,0 +1,59 @@
+"""Notebook 07's coding exercise: a run's footprint from its IT energy and its SSD writes.
+
+The learner writes ``footprint(it_joules, pue, g_co2_per_kwh, ssd_bytes_written, drives,
+endurance_bytes)`` returning ``(facility_kwh, kg_co2, ssd_life_used)``: the energy the site
+draws (IT energy x PUE, The Green Grid's definition), its carbon at the grid's intensity,
+and the share of each offload SSD's rated endurance the run writes (writes striped evenly
+over the drives). Each case costs a real configuration with :func:`labkit.economics.run.cost_run`
+(Llama-2 7B, HBM, DRAM offload and SSD offload, grids from ``datasets/grid.toml``) and gives
+the learner that run's inputs; the three answers must agree with labkit's model within 0.1%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from labkit.practice import Case, CodingExercise, register
+
+RUNS = (("hbm", "world"), ("dram-offload", "france"), ("ssd-offload", "us"))
+TOKENS = 2e10
+
+
+def _inputs(strategy: str, region: str):
+    from labkit import hardware
+    from labkit.economics.run import cost_run
+
+    run = cost_run(strategy, "llama2-7b", TOKENS, "H100-SXM", region=region)
+    w = run.wear
+    args = (run.energy.total_j, run.pue, run.g_co2_per_kwh, 0.0 if w is None else w.bytes_written,
+            1 if w is None else w.drives, hardware.tier(w.drive).endurance_bytes if w else 1)
+    return args, (run.facility_kwh, run.kg_co2, run.ssd_life_used)
+
+
+def run(fn: Callable[..., tuple[float, float, float]]) -> list[Case]:
+    cases = []
+    for strategy, region in RUNS:
+        name = f"Llama-2 7B, {TOKENS:.0e} tokens, {strategy}, grid {region}"
+        try:
+            args, want = _inputs(strategy, region)
+            got = tuple(float(x) for x in fn(*args))
+        except NotImplementedError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+            continue
+        labels = ("facility kWh", "kg CO2", "SSD life used")
+        off = [f"{lab}: {g:.4g}, the model says {w:.4g}" for lab, g, w in zip(labels, got, want, strict=True)
+               if abs(g - w) > 1e-3 * abs(w) + 1e-12]  # fmt: skip
+        cases.append(Case(name, not off, "; ".join(off)))
+    return cases
+
+
+register(CodingExercise(
+    "07.code.footprint",
+    "Write footprint(it_joules, pue, g_co2_per_kwh, ssd_bytes_written, drives, endurance_bytes) -> "
+    "(facility_kwh, kg_co2, ssd_life_used).",
+    run,
+    "The site draws IT energy x PUE; 1 kWh = 3.6e6 J; grams become kg; each drive absorbs bytes/drives of the writes "
+    "and is rated for endurance_bytes.",
+))
