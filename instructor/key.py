@@ -80,7 +80,15 @@ def footprint(it_joules: float, pue: float, g_co2_per_kwh: float, ssd_bytes_writ
     return kwh, kwh * g_co2_per_kwh / 1000, ssd_bytes_written / drives / endurance_bytes
 
 
+def states_per_gpu(psi: int, tp: int, pp: int, dp: int, zero_stage: int) -> float:
+    """09.code.states_per_gpu: (2 + 2 + 12) x psi / (tp x pp), ZeRO dividing terms by dp stage by stage."""
+    weights = 2 / (dp if zero_stage >= 3 else 1)
+    grads = 2 / (dp if zero_stage >= 2 else 1)
+    optimizer = 12 / (dp if zero_stage >= 1 else 1)
+    return (weights + grads + optimizer) * psi / (tp * pp)
+
+
 REFERENCES = {"01.code.state_bytes": state_bytes, "02.code.one_f_one_b": one_f_one_b,
               "03.code.mlp_shards": mlp_shards, "06.code.atomic_save": atomic_save, "08.code.evict": evict,
               "04.code.choose_swaps": choose_swaps, "05.code.update_scale": update_scale,
-              "07.code.footprint": footprint}
+              "07.code.footprint": footprint, "09.code.states_per_gpu": states_per_gpu}

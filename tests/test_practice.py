@@ -107,3 +107,8 @@ def test_a_footprint_without_pue_is_caught():
 
     fb = practice.check_code("07.code.footprint", no_pue)
     assert not fb and "facility kWh" in str(fb)
+
+
+def test_forgetting_the_model_parallel_split_is_caught():
+    fb = practice.check_code("09.code.states_per_gpu", lambda psi, tp, pp, dp, z: 16 * psi / dp)
+    assert not fb and "the advisor holds" in str(fb)

@@ -84,6 +84,7 @@ def _load() -> None:
         checkpoint,
         eviction,
         footprint,
+        layout,
         loss_scale,
         pipeline,
         storage,

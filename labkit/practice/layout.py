@@ -1,0 +1,56 @@
+"""Notebook 09's coding exercise: model-state bytes per GPU of a 3D-parallel layout with ZeRO.
+
+The learner writes ``states_per_gpu(psi, tp, pp, dp, zero_stage)``: the bytes of 16-bit
+weights, 16-bit gradients and fp32 optimizer states (2 + 2 + 12 bytes per parameter, ZeRO's
+count, Rajbhandari et al. SC 2020) that one GPU holds when tensor and pipeline parallelism
+split the model tp x pp ways and ZeRO stage 1, 2 or 3 further shards the optimizer states,
+then the gradients, then the weights over the dp data-parallel replicas. The cases are GPT-3
+175B layouts the advisor weighs in notebook 09 (Megatron-LM's example configuration among
+them), compared with the advisor's own memory model (:func:`labkit.advisor.costing.memory`),
+whose ZeRO terms notebook 02 checks against real multi-process runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from labkit.practice import Case, CodingExercise, register
+
+LAYOUTS = ((8, 16, 8, 0), (8, 8, 16, 1), (4, 8, 32, 2), (1, 1, 1024, 3), (8, 12, 8, 3))  # tp, pp, dp, ZeRO stage
+
+
+def advisor_states(tp: int, pp: int, dp: int, zero: int) -> tuple[int, float]:
+    """GPT-3 175B's parameter count and the advisor's model-state bytes per GPU for this layout."""
+    from labkit.advisor.costing import Layout, memory
+    from labkit.shapes import model_shape
+
+    shape = model_shape("gpt3-175b")
+    mem = memory(shape, 2048, Layout(dp=dp, tp=tp, pp=pp, zero_stage=zero, recompute="full"), 8)
+    return shape.params, mem["parameters"] + mem["gradients"] + mem["optimizer"]
+
+
+def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
+    cases = []
+    for tp, pp, dp, zero in LAYOUTS:
+        name = f"GPT-3 175B, tp {tp} x pp {pp} x dp {dp}, ZeRO stage {zero}"
+        psi, want = advisor_states(tp, pp, dp, zero)
+        try:
+            got = float(fn(psi, tp, pp, dp, zero))
+        except NotImplementedError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
+            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+            continue
+        ok = abs(got - want) <= 1e-6 * want
+        cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB"))
+    return cases
+
+
+register(CodingExercise(
+    "09.code.states_per_gpu",
+    "Write states_per_gpu(psi, tp, pp, dp, zero_stage) -> bytes of weights, gradients and optimizer states one GPU "
+    "holds (mixed-precision Adam, 2 + 2 + 12 bytes per parameter).",
+    run,
+    "tp x pp split every byte; then stage >= 1 divides the 12 optimizer bytes by dp, stage >= 2 also the 2 gradient "
+    "bytes, stage 3 also the 2 weight bytes.",
+))
