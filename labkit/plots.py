@@ -7,6 +7,7 @@ notebook (or the widget panel) decides where it goes. Bytes are drawn in GB
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -34,9 +35,14 @@ def memory_bars(
     unit: float = 1e9,
     unit_name: str = "GB",
     title: str = "Memory per device",
+    wrap: int | None = None,
 ) -> Figure:
-    """One stacked bar per entry of ``bars`` ({label: {category: bytes}}), with a capacity line."""
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(bars) + 2), 3.6))
+    """One stacked bar per entry of ``bars`` ({label: {category: bytes}}), with a capacity line.
+
+    ``wrap`` breaks each bar's label into lines of at most that many characters, so long
+    labels stay readable side by side instead of running into each other.
+    """
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(bars) + 2), 3.6 + (0.5 if wrap else 0.0)))
     labels = list(bars)
     bottoms = [0.0] * len(labels)
     categories = [c for c in CATEGORY_COLORS if any(c in b for b in bars.values())]
@@ -49,6 +55,8 @@ def memory_bars(
         ax.text(len(labels) - 0.5, capacity_bytes / unit, f" {capacity_label}", va="bottom", ha="right")
     ax.set_ylabel(f"{unit_name} ({'1e9' if unit == 1e9 else int(unit)} bytes)" if unit_name == "GB" else unit_name)
     ax.set_title(title)
+    if wrap:
+        ax.set_xticks(range(len(labels)), [textwrap.fill(label.strip(), wrap) for label in labels], fontsize=8)
     ax.legend(loc="upper left", fontsize=8, frameon=False)
     fig.tight_layout()
     plt.close(fig)
