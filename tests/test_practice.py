@@ -112,3 +112,71 @@ def test_a_footprint_without_pue_is_caught():
 def test_forgetting_the_model_parallel_split_is_caught():
     fb = practice.check_code("09.code.states_per_gpu", lambda psi, tp, pp, dp, z: 16 * psi / dp)
     assert not fb and "the advisor holds" in str(fb)
+
+
+REASONING = {
+    "01.reason.batch8_extra_gb": "whole step scaled by 8",
+    "02.reason.microbatches_for_10pct": "(p-1)/m",
+    "04.reason.offload_step_s": "all 4 bytes",
+    "06.reason.young_factor": "like the MTBF",
+    "07.reason.grid_ratio": "inverse ratio",
+    "08.reason.break_even_70b": "70x",
+    "09.reason.megatron_bubble_share": "dp split forgotten",
+}
+
+
+def test_every_notebook_has_a_reasoning_exercise():
+    from labkit import checks
+
+    practice._load()
+    assert {k[:2] for k in checks.EXERCISES if ".reason." in k} == {f"0{i}" for i in range(1, 10)}
+
+
+@pytest.mark.parametrize("key, named", sorted(REASONING.items()))
+def test_reasoning_shortcuts_are_diagnosed(key, named):
+    from labkit import checks
+
+    practice._load()
+    ex = checks.EXERCISES[key]
+    assert checks.check(key, ex.answer())
+    wrong = next(m for m in ex.mistakes if named in m.name)
+    fb = checks.check(key, wrong.value())
+    assert not fb and named in fb.diagnosis
+
+
+def test_reasoning_unit_slips_are_diagnosed():
+    from labkit import checks
+
+    practice._load()
+    share = checks.EXERCISES["05.reason.selective_share"].answer()
+    assert "percentage" in checks.check("05.reason.selective_share", 100 * share).diagnosis
+    assert "1e9" in checks.check("01.reason.batch8_extra_gb", 1e9 * _extra()).diagnosis
+
+
+def _extra():
+    from labkit import checks
+
+    return checks.EXERCISES["01.reason.batch8_extra_gb"].answer()
+
+
+def _all_exercises():
+    from labkit import checks, course
+
+    course.exercise_table()  # imports every topic's exercises
+    practice._load()
+    return checks.EXERCISES
+
+
+@pytest.mark.parametrize("key", sorted(_all_exercises()))
+def test_every_known_mistake_gets_its_own_diagnosis(key):
+    from labkit import checks
+
+    ex = checks.EXERCISES[key]
+    right = ex.answer()
+    for mistake in ex.mistakes:
+        value = mistake.value()
+        if abs(value - right) <= max(ex.rel_tol, 1e-3) * abs(right):
+            continue  # a mistake that happens to give the right number cannot be told apart
+        checks.reset_attempts(key)
+        fb = checks.check(key, value)
+        assert not fb and fb.diagnosis == mistake.name, (key, mistake.name, fb.diagnosis)

@@ -87,6 +87,7 @@ def _load() -> None:
         layout,
         loss_scale,
         pipeline,
+        reasoning,
         storage,
         swapping,
         tensor_parallel,
