@@ -106,6 +106,16 @@ def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str
     return spec.shape.name, trainer, spec.shape.params, per_layer, outside
 
 
+def build_trainer(config: str | Path | None, batch: int, seq: int, precision: str, attention: str, cache: bool,
+                  dropout: float | None, device: str, layers: int | None = None):
+    """(name, trainer, parameters, predicted bytes per layer, predicted bytes outside the layers) of a setup."""
+    if config is None:
+        if layers is not None:
+            raise LabkitError("layers applies to a --hf-config model, not to the tiny GPT")
+        return _tiny(batch, seq, precision, attention, device)
+    return _hf(config, batch, seq, precision, attention, cache, dropout, device, layers)
+
+
 def compare_model(config: str | Path | None = None, batch: int = 2, seq: int = 32, precision: str = "fp32",
                   attention: str = "sdpa", cache: bool = False, dropout: float | None = None,
                   device: str | None = None, progress: Callable[[str], None] | None = None,
@@ -121,13 +131,8 @@ def compare_model(config: str | Path | None = None, batch: int = 2, seq: int = 3
     require_choice("device", device, ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     say = progress or (lambda _: None)
     say("building the model")
-    if config is None:
-        if layers is not None:
-            raise LabkitError("layers applies to a --hf-config model, not to the tiny GPT")
-        name, trainer, params, per_layer, outside = _tiny(batch, seq, precision, attention, device)
-    else:
-        name, trainer, params, per_layer, outside = _hf(config, batch, seq, precision, attention, cache, dropout,
-                                                        device, layers)
+    name, trainer, params, per_layer, outside = build_trainer(config, batch, seq, precision, attention, cache,
+                                                              dropout, device, layers)
     say("warm-up step (creates the optimizer states)")
     trainer.step()
     say("measuring one step")

@@ -14,6 +14,8 @@ SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "vocab")
 def add_shape_flags(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--params`` and the custom shape flags, as ``estimate`` and ``advise`` take them."""
     p.add_argument("--model", help="a preset (e.g. gpt3-175b, llama2-7b)")
+    p.add_argument("--hf-config", help="a transformers config.json (GPT-2, Llama, Mistral, Qwen2 families) "
+                   "or a shipped name (datasets/hf_configs), read offline")
     p.add_argument("--params", help="a parameter count alone: model states only")
     for flag in ("layers", "hidden", "heads", "vocab", "ffn"):
         p.add_argument(f"--{flag}", help="custom shape (ffn optional, default 4*hidden)")
@@ -23,6 +25,13 @@ def add_shape_flags(p: argparse.ArgumentParser) -> None:
 def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
     """The preset, the custom shape, or None for ``--params`` (exactly one must be given)."""
     custom = {f: getattr(a, f) for f in ("layers", "hidden", "heads", "vocab", "ffn") if getattr(a, f)}
+    hf = getattr(a, "hf_config", None)
+    if hf is not None:
+        if a.params is not None or a.model or custom:
+            raise LabkitError("hf_config must be given alone: not with --model, --params or the shape flags")
+        from labkit.hf_config import shape_from_hf_config
+
+        return shape_from_hf_config(hf)
     if a.params is not None:
         if a.model or custom:
             raise LabkitError("params must be given alone: not with --model or the shape flags")
@@ -32,7 +41,8 @@ def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
             raise LabkitError("model must be given alone: not with the shape flags " + ", ".join(custom))
         return model_shape(a.model)
     if not custom:
-        raise LabkitError("model must be given: --model NAME, --params N, or --" + " --".join(SHAPE_FLAGS))
+        raise LabkitError("model must be given: --model NAME, --hf-config FILE, --params N, or --"
+                          + " --".join(SHAPE_FLAGS))
     given = {**custom, "seq": a.seq}
     missing = [f"--{f}" for f in SHAPE_FLAGS if given.get(f) is None]
     if missing:
