@@ -122,9 +122,11 @@ def _layout(proposal: Layout | dict) -> Layout:
 
 
 WHY = {  # what, in a layout, sets each term of the step time
-    "compute": lambda p, b: _pair("precision", p, b) + _pair("micro_batch", p, b),
+    "compute": lambda p, b: ", ".join(x for x in (_pair(f, p, b) for f in ("precision", "micro_batch", "attention"))
+                                      if x),
     "recompute": lambda p, b: _pair("recompute", p, b),
-    "bubble": lambda p, b: f"pp {p.pp} with m = {p.m} micro-batches against pp {b.pp} with m = {b.m}",
+    "bubble": lambda p, b: (f"pp {p.pp} with m = {p.m} micro-batches against pp {b.pp} with m = {b.m}"
+                            + _pair("schedule", p, b, ", ") + _pair("chunks", p, b, ", ")),
     "tp": lambda p, b: f"tp {p.tp} against {b.tp}" + _pair("micro_batch", p, b, ", "),
     "pp": lambda p, b: f"pp {p.pp} against {b.pp}",
     "dp": lambda p, b: f"dp {p.dp} with ZeRO-{p.zero} against dp {b.dp} with ZeRO-{b.zero}",
@@ -145,12 +147,15 @@ class _Side:
     offload: str
     precision: str
     micro_batch: int
+    schedule: str
+    chunks: int
+    attention: str
 
 
 def _side(plan: Plan) -> _Side:
     lay = plan.layout
     return _Side(lay.dp, lay.tp, lay.pp, plan.microbatches, lay.zero_stage, lay.recompute, lay.offload,
-                 lay.precision, lay.micro_batch)
+                 lay.precision, lay.micro_batch, lay.schedule, lay.chunks, lay.attention)
 
 
 def _pair(field: str, p: _Side, b: _Side, sep: str = "") -> str:
@@ -183,6 +188,11 @@ def _feedback(plan: Plan, best: Plan, task: Task) -> str:
     if mine - theirs <= 1e-9 * max(plan.step_s, 1.0):
         return "No term of your step is longer than the advisor's best: your plan is as fast.\n"
     why = WHY.get(term, lambda p, b: "")(_side(plan), _side(best)).strip(", ")
+    if not why:  # the term follows from the layout as a whole: name the fields that differ
+        a, b = plan.layout, best.layout
+        why = "your " + ", ".join(f"{f.name} {getattr(a, f.name)}" for f in fields(Layout)
+                                  if getattr(a, f.name) != getattr(b, f.name)) + " against the best's " + \
+            ", ".join(f"{getattr(b, f.name)}" for f in fields(Layout) if getattr(a, f.name) != getattr(b, f.name))
     text = (f"The largest difference from the advisor's best is {term}: {mine:.2f} s against {theirs:.2f} s a step "
             f"(+{mine - theirs:.2f} s)" + (f", from {why}" if why else "") + ".\n")
     rest = [f"{k} {a - b:+.2f} s" for k, a, b in diffs[1:] if abs(a - b) >= 0.005]
