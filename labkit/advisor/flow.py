@@ -129,7 +129,8 @@ def explain(advice: Advice, shape: ModelShape | None = None) -> str:
 
 
 def _box(ax, x: float, y: float, w: float, text: str, lit: bool, question: bool) -> None:
-    text = "\n".join(textwrap.wrap(text, 44 if question else 82)[:2])
+    lines = textwrap.wrap(text, 44 if question else (74 if lit else 82))
+    text = "\n".join(lines[:2]) + (" …" if len(lines) > 2 else "")  # the full text is in explain()
     ax.add_patch(FancyBboxPatch((x, y - 0.33), w, 0.66, zorder=3, boxstyle="round,pad=0.04",
                                 facecolor="#fdd0a2" if lit else "white", edgecolor=LIT if lit else INK,
                                 linewidth=2.0 if lit else 1.0, linestyle="-" if question or lit else ":"))
