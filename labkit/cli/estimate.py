@@ -95,7 +95,8 @@ def _capacity(a: argparse.Namespace, device) -> tuple[float, str]:
 
 def largest(a: argparse.Namespace) -> dict[str, Any]:
     """The largest parameter count whose model states fit one GPU (``--largest``)."""
-    if a.model or a.params is not None or any(getattr(a, f, None) for f in ("layers", "hidden", "heads", "vocab")):
+    shape_flags = ("model", "layers", "hidden", "heads", "vocab", "hf_config")
+    if a.params is not None or any(getattr(a, f, None) for f in shape_flags):
         raise LabkitError("largest answers the parameter count: give --largest without --model, --params or a shape")
     if a.gpu is None:
         raise LabkitError("gpu must be given with --largest: --gpu NAME (see labkit hardware)")
