@@ -7,7 +7,9 @@ disagree because they count different gradients:
   (2) + fp32 master weights, momentum and variance (K = 12) = 16.
 * Megatron-LM's distributed-optimizer documentation (bf16 parameters, fp32 gradients)
   and DeepSpeed's ZeRO-3 estimator (``estimate_zero3_model_states_mem_needs``, 18 B per
-  parameter over the GPUs): gradients are accumulated in fp32, so 2 + 4 + 12 = 18.
+  parameter over the GPUs, of which 2 stay on the GPU and 16 move to the CPU when the
+  optimizer is offloaded): gradients are kept in fp32, so 2 + 4 + 12 = 18. (DeepSpeed's
+  ZeRO-2 estimator counts differently again: 4 + 16/N_d in older releases.)
 * Megatron-LM's documentation for fp16 parameters with fp16 gradients: the 16-bit
   gradient *and* its fp32 "main gradient" copy, 2 + 2 + 4 + 12 = 20.
 
@@ -53,7 +55,8 @@ class StateConvention:
 CONVENTIONS = (
     StateConvention("ZeRO", "Rajbhandari et al., SC 2020, section 3.1 (2 + 2 + K, K = 12)", 2, 2, 0, 4, 8),
     StateConvention("fp32 gradients", "Megatron-LM docs, distributed optimizer (bf16 params, fp32 grads: 18); "
-                    "DeepSpeed estimate_zero3_model_states_mem_needs (18 B per parameter)", 2, 0, 4, 4, 8),
+                    "DeepSpeed estimate_zero3_model_states_mem_needs (18 B per parameter over the GPUs; with the "
+                    "optimizer offloaded, 2 stay on the GPU and 16 go to the CPU)", 2, 0, 4, 4, 8),
     StateConvention("16-bit gradients + fp32 copy", "Megatron-LM docs, distributed optimizer "
                     "(fp16 params, fp16 grads: 20)", 2, 2, 4, 4, 8),
 )

@@ -391,8 +391,9 @@ MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
 # ## 7 · Meanwhile, hardware fails
 #
 # Memory is one storage challenge; keeping what is stored when a GPU dies is the
-# other (notebook 06). Llama 3 was trained for 54 days on 16,384 H100s.
-# **Predict first: how many unexpected interruptions did it have in those 54 days?**
+# other (notebook 06). Meta reports the interruptions of a 54-day period of Llama 3
+# 405B's pre-training on 16,384 H100s. **Predict first: how many unexpected
+# interruptions did the job have in those 54 days?**
 
 # %%
 predicted_interruptions = None  # a count
