@@ -143,3 +143,12 @@ def test_feedback_names_the_largest_difference_not_the_largest_part():
     text = capstone._feedback(mine, best, capstone.GPT3_TASK)
     assert text.startswith("The largest difference from the advisor's best is recompute")
     assert "full against selective" in text
+
+
+def test_flow_when_nothing_fits():
+    a = search.advise("gpt3-175b", 8, "RTX-4090", 1, "fastest")
+    assert a.best is None
+    d = flow.decisions(a)
+    assert [x.answer for x in d[:2]] == [False, False] and "over 1 GPU?" in d[1].question
+    assert all(x.answer is None and x.evidence == "no plan fits" for x in d[3:])
+    assert len(flow.draw(a, title="no feasible plan").axes[0].patches) == 2 * len(flow.QUESTIONS)

@@ -77,7 +77,7 @@ def _fit_questions(advice: Advice, shape: ModelShape) -> list[Decision]:
                    f"needs {need / GB:,.1f} GB per GPU at micro-batch {plain.layout.micro_batch}, "
                    f"a GPU holds {usable / GB:,.1f} GB usable" if plain is not None else "not judged")
     states = sum(model_state_bytes(shape.params, "bf16-mixed", 3, n).values())
-    zero = Decision("states_zero", f"do the model states fit with ZeRO-3 over {n:,} GPUs?",
+    zero = Decision("states_zero", f"do the model states fit with ZeRO-3 over {n:,} GPU{'s' if n > 1 else ''}?",
                     bool(states <= usable), f"{states / GB:,.1f} GB of states per GPU (16 B/param / {n:,})")
     alone = [p for p in (*advice.kept, *advice.rejected) if p.layout.tp == p.layout.pp == 1
              and math.isfinite(p.memory_bytes)]
