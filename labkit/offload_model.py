@@ -19,8 +19,8 @@ weights and two fp32 moments):
 * :data:`ZERO3_CPU_OFFLOAD` is the same host side over ZeRO-3 (DeepSpeed's ``offload_optimizer``
   with stage 3; ZeRO-Infinity, Rajbhandari et al., SC 2021, lets each state sit on GPU, CPU or
   NVMe): the 16-bit parameters are partitioned too, 2 Psi / N_d per GPU, gathered layer by
-  layer as ZeRO-3 does. The two differ only in that term: for Llama-2-70B on 8 GPUs, 140 GB
-  per GPU against 17.5 GB.
+  layer as ZeRO-3 does. The two differ only in that term: for Llama-2-70B (69bn parameters)
+  on 8 GPUs, 138 GB of 16-bit weights per GPU against 17 GB.
 * :data:`ZERO_INFINITY` is Rajbhandari et al., "ZeRO-Infinity", SC 2021, with every model
   state on NVMe, as the paper counts it: 20 bytes per parameter (section 3: 16-bit parameters
   and gradients, 2 + 2, and fp32 parameters, momentum, variance and gradients, 4 x 4), and

@@ -22,7 +22,7 @@ the GPU more efficiently here: the paper's throughput gain, which comes from tha
 from compression), cannot appear; what the rule buys here is batch size, at a time cost
 of at most ``slack``.
 
-Capacities: ``V100_16GB`` is the card's true 16 GiB (an "16 GB" V100 holds 16 x 2**30 B,
+Capacities: ``V100_16GB`` is the card's true 16 GiB (a "16 GB" V100 holds 16 x 2**30 B,
 the lab's convention for GPU memory); ``Report.capacity_gb`` prints it in 1e9 bytes.
 
 Where the rule stops (:func:`hiding`): an activation written out hides behind the forward
