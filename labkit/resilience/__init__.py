@@ -8,6 +8,8 @@
 * ``worker``, ``crash``: training in a child process (or one rank of a gloo group) killed with SIGKILL
   and resumed bit-identically; ``preload`` warms the forkserver the children are forked from;
 * ``interval``: how often to checkpoint: Young's and Daly's interval beside a Monte Carlo of a failing job;
+* ``sweep``: that Monte Carlo over a grid of intervals and seeds: how flat goodput is near the optimum;
+* ``cluster``: checkpoint cost, interval and goodput of a job on 1,000s of GPUs from a failure trace;
 * ``redundancy``: Bamboo's redundant computation (Thorpe et al., NSDI 2023) simulated: step overhead,
   held activations, the step after a failover, goodput beside checkpoint-restart;
 * ``failover``: the same for real: 2 gloo ranks each computing the other's stage, one SIGKILLed, the

@@ -10,6 +10,7 @@ Each case writes two good checkpoints, damages the newer one, and asks
 from __future__ import annotations
 
 import shutil
+import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +30,12 @@ class CorruptionCase:
     detected: bool
     reason: str
     used_step: int | None
+
+    def reason_lines(self, width: int = 100, items: int = 2) -> list[str]:
+        """The reason wrapped at whole words: its first ``items`` findings (``;``-separated) and how many more."""
+        parts = self.reason.split("; ")
+        shown = "; ".join(parts[:items]) + (f"; and {len(parts) - items} more" if len(parts) > items else "")
+        return textwrap.wrap(shown, width)
 
 
 def _data_file(path: Path) -> Path:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from labkit.checks import Exercise, register
 from labkit.references import failure_traces
-from labkit.resilience.interval import checkpoint_bytes, cluster_mtbf_s, young_interval
+from labkit.resilience.cluster import checkpoint_bytes
+from labkit.resilience.interval import cluster_mtbf_s, young_interval
 
 
 def _young_minutes(checkpoint_s: float = 60.0, mtbf_h: float = 3.0) -> float:

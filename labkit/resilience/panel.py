@@ -29,7 +29,8 @@ from matplotlib.figure import Figure
 from labkit import hardware
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.references import failure_traces
-from labkit.resilience.interval import checkpoint_bytes, cluster_mtbf_s, daly_interval, goodput_daly
+from labkit.resilience.cluster import checkpoint_bytes
+from labkit.resilience.interval import cluster_mtbf_s, daly_interval, goodput_daly
 from labkit.resilience.redundancy import failover_step, goodput_redundant, rc_step
 from labkit.widgets import Panel, fit_html
 
