@@ -37,7 +37,7 @@
 # B is a byte; counts are spelled out or written "bn" (billion); GB = 10⁹ B, GiB = 2³⁰ B.
 # GPU makers' "GB" is not 10⁹ B: an A100 sold as "80 GB" holds 80 GiB (85.9·10⁹ B, as
 # `nvidia-smi` reports). labkit's fit verdicts use the true capacity the catalogue records
-# (`Device.memory_bytes`); each cell that uses a card prints both figures.
+# (`Device.memory_bytes`), and the cells below print both figures for each card they use.
 
 # %%
 from labkit import checks, data, hardware, plots, tables
@@ -65,7 +65,7 @@ print(data.corpus().splitlines()[0])
 gpt3 = model_shape("gpt3-175b")
 a100 = hardware.gpu("A100-80GB")
 print(f"{a100.name}: sold as {a100.memory_nominal_bytes / 1e9:.0f} GB, holds {a100.memory_bytes / 2**30:.1f} GiB "
-      f"= {a100.memory_bytes / 1e9:.1f} GB (true capacity, used for every fit below)")
+      f"= {a100.memory_bytes / 1e9:.1f} GB (true capacity: fit verdicts use it)")
 megatron = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8),
                            a100.memory_bytes, a100.name)
 alone = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048), a100.memory_bytes, a100.name)
@@ -90,7 +90,7 @@ config = TrainConfig(model=GPTConfig(vocab_size=data.vocab_size()), batch_size=1
 shape = ModelShape.from_config(config.model)
 s, b = config.model.seq_len, config.batch_size
 print(f"s = {s}, b = {b}, h = {shape.hidden}, a = {shape.heads}, L = {shape.layers}, V = {shape.vocab}, "
-      f"Psi = {shape.params:,} parameters")
+      f"Ψ = {shape.params:,} parameters")
 
 # %%
 prediction = None  # e.g. "optimizer"
@@ -341,7 +341,8 @@ predicted_gb_7b = None  # your guess, in GB (1e9 bytes)
 
 # %%
 rtx = hardware.gpu("RTX-4090")
-print(f"{rtx.name}: true capacity {rtx.memory_bytes / 2**30:.1f} GiB = {rtx.memory_bytes / 1e9:.1f} GB")
+print(f"{rtx.name}: true capacity {rtx.memory_bytes / 2**30:.1f} GiB = {rtx.memory_bytes / 1e9:.1f} GB "
+      f"(sold as {rtx.memory_nominal_bytes / 1e9:.0f} GB)")
 wish = estimate_memory(TrainingSetup(model_shape("llama2-7b"), micro_batch=1, seq=2048, recompute="full",
                                      attention="fused"), rtx.memory_bytes, rtx.name)
 print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
@@ -419,7 +420,8 @@ plots.failures_per_day(counts, rates)
 # ## 8 · Check yourself
 #
 # Replace each `None` with your number and run the cell; the checker computes the
-# right answer with labkit's own model.
+# right answer with labkit's own model. Bytes per parameter follow ZeRO's convention
+# (16-bit gradients, the 16 of the table above); Nd is *N_d*, Psi is *Ψ*.
 
 # %%
 checks.check("01.bytes_per_param", None)
