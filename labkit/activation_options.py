@@ -22,6 +22,12 @@ sdpa path copy two of Q, K, V; the CPU's ``F.dropout`` keeps a mask as wide as t
 * ``mask_bytes``: bytes per dropout-mask element, the element size on the CPU (``F.dropout``),
   1 for CUDA's fused dropout.
 
+At micro-batch 1 the reshape before a batched matmul can be a view instead of a copy; in GPT-2 a
+saved Q or K then keeps the whole fused QKV output alive (+2 e*s*b*h), which happens with eager
+attention and the cache on, or the math fallback and the cache off (the cache copies two of Q, K, V
+first, and which ones decides it). Tested for GPT-2 at micro-batch 1; for the Llama family at
+micro-batch 1 with a single KV head, repeat_kv aliases too, and that case is not claimed.
+
 Outside the layers: position ids (GPT-2), the embedding dropout mask, the final norm, the
 output layer's input, rotary cos/sin tables (computed once, used by every layer), and the loss
 (fp32 log-probabilities 4*s*b*V, int64 shifted labels, one fp32 scalar).
@@ -102,6 +108,9 @@ def activation_terms_hf(shape: ModelShape, seq: int, micro_batch: int, opt: Acti
         elif opt.softmax_fp32 and e != 4:
             terms += [ActivationTerm("softmax cast", "16-bit copy of the probabilities P V keeps", e * ass)]
         terms += [ActivationTerm("output input", "output projection input", e * sbh)]
+        if b == 1 and not opt.rotary and (opt.cache != math):
+            terms += [ActivationTerm("fused QKV kept whole", "micro-batch 1: a saved Q or K is a view of the "
+                                     "fused QKV output, keeping all three alive", 2 * ce * sbh)]
     else:
         terms += [ActivationTerm("attention", "Q, K, V, output (flash kernel), log-sum-exp (fp32)",
                                  e * sbh * (2 + 2 * kv) + 4 * a * s * b)]
@@ -134,8 +143,9 @@ def outside_terms_hf(shape: ModelShape, seq: int, micro_batch: int, opt: Activat
                                  2 * s * (h // shape.heads) * e)]
     terms += [ActivationTerm("final norm", f"{opt.norm} input and statistics", _norm(opt, e, sbh, s * b)),
               ActivationTerm("output layer input", "final norm output", e * sbh),
-              ActivationTerm("loss", "fp32 log-probabilities, int64 labels, a scalar",
-                             4 * s * b * shape.vocab + 8 * s * b + 4)]
+              ActivationTerm("loss", "fp32 log-probabilities, int64 shifted labels (their padded row whole at "
+                             "micro-batch 1, where the shift is a view), a scalar",
+                             4 * s * b * shape.vocab + 8 * s * b + (8 if b == 1 else 0) + 4)]
     return terms
 
 

@@ -133,7 +133,8 @@ class Trainer:
     models do with ``labels``), ``precision`` one of ``MODEL_PRECISIONS`` and ``blocks`` the
     qualified name of the ``nn.ModuleList`` of repeated layers (default: found by
     ``labkit.blocks.find_blocks``). A given ``optimizer`` is kept (fp32 and bf16-autocast only);
-    the default is the lab's AdamW (fp32 moments, fp32 master weights in bf16-mixed).
+    the default is the lab's AdamW (fp32 moments, fp32 master weights in bf16-mixed). In bf16-mixed
+    the model is cast to bf16 and the batch is used as given (floating inputs must be bf16 then).
     """
 
     def __init__(self, cfg: TrainConfig | None = None, *, model: nn.Module | None = None,
@@ -236,6 +237,8 @@ class Trainer:
     @torch.no_grad()
     def eval_loss(self, batches_: int = 4) -> float:
         """Mean validation loss over a few fixed batches (dropout off)."""
+        if not isinstance(self.model, TinyGPT) or self.cfg is None:
+            raise LabkitError("eval_loss uses the corpus's validation split: the tiny GPT only (got a user model)")
         self.model.eval()
         val = batches(self.cfg.batch_size, self.cfg.model.seq_len, seed=self.cfg.seed, split="val")
         losses = [float(self.model(*val(i))[1]) for i in range(batches_)]

@@ -47,3 +47,55 @@ def test_bf16_mixed_keeps_fp32_master_weights_in_sync():
     assert p.dtype == torch.bfloat16 and t.optimizer.master[0].dtype == torch.float32
     assert torch.equal(p, t.optimizer.master[0].to(torch.bfloat16))
     assert all(m.grad is None for m in t.optimizer.master)
+
+
+class _Regressor(torch.nn.Module):
+    """A model nobody in the lab wrote: a stack of identical blocks, no loss of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(3))
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        for block in self.stack:
+            x = block(x)
+        return self.head(x)
+
+
+def _mse(model, batch):
+    x, y = batch
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def test_trainer_takes_a_users_model_with_its_loss_and_learns_reproducibly():
+    from labkit.measure import measure_step
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 8, generator=g)
+    batch = (x, x.sum(1, keepdim=True))
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        t = Trainer(model=_Regressor(), data=batch, loss=_mse, lr=1e-2)
+        runs.append(t.run(30))
+    assert runs[0] == runs[1] and runs[0][-1] < runs[0][0] / 2
+    assert t.blocks == "stack"
+    step = measure_step(t)
+    assert len(step.activations_per_layer()) == 3 and step.optimizer == 2 * step.parameters
+    with pytest.raises(LabkitError, match="tiny GPT only"):
+        t.eval_loss()
+
+
+def test_trainer_with_a_user_model_in_bf16_mixed_keeps_fp32_masters_and_refuses_a_foreign_optimizer():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, dtype=torch.bfloat16)  # a bf16 model takes bf16 inputs: the user's batch, as given
+    model = _Regressor()
+    t = Trainer(model=model, data=(x, x[:, :1]), loss=_mse, precision="bf16-mixed")
+    t.step()
+    assert next(model.parameters()).dtype == torch.bfloat16 and t.optimizer.master[0].dtype == torch.float32
+    with pytest.raises(LabkitError, match="MasterWeightAdamW"):
+        Trainer(model=_Regressor(), data=(x, x), precision="bf16-mixed",
+                optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(LabkitError, match="blocks must be one of stack"):
+        Trainer(model=_Regressor(), data=(x, x), blocks="layers")

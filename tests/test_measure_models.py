@@ -16,9 +16,9 @@ from labkit.train import TrainConfig, Trainer
 B, S = 2, 16
 
 
-def _trainer(family, attention="sdpa", precision="fp32", dropout=0.0, cache=False, **fields):
+def _trainer(family, attention="sdpa", precision="fp32", dropout=0.0, cache=False, batch=B, **fields):
     spec = small_spec(family, use_cache=cache, **fields)
-    x = torch.randint(0, spec.shape.vocab, (B, S), generator=torch.Generator().manual_seed(0))
+    x = torch.randint(0, spec.shape.vocab, (batch, S), generator=torch.Generator().manual_seed(0))
     model = build_model(spec, attention, dropout=dropout)
     return spec, Trainer(model=model, data={"input_ids": x, "labels": x}, precision=precision)
 
@@ -42,6 +42,15 @@ def test_estimate_matches_every_layer_under_its_options(family, attention, act, 
     for measured in step.activations_per_layer():
         assert abs(measured / per_layer - 1) < 0.02  # exact in every combination at the time of writing
     assert abs(sum(step.outside_layers().values()) / outside - 1) < 0.02
+
+
+@pytest.mark.parametrize("attention, p, cache", list(itertools.product(("eager", "sdpa"), (0.0, 0.1), (False, True))))
+def test_gpt2_at_micro_batch_1_keeps_the_fused_qkv_where_named(attention, p, cache):
+    spec, t = _trainer("gpt2", attention, "fp32", p, cache, batch=1)
+    step = measure_step(t)
+    per_layer, outside = activation_bytes_hf(spec.shape, S, 1, ActivationOptions.for_model(spec, attention, dropout=p))
+    assert step.activations_per_layer() == [per_layer] * spec.shape.layers
+    assert sum(step.outside_layers().values()) == outside
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
