@@ -45,9 +45,9 @@ from labkit.model import GPTConfig
 from labkit.offload.budget import model_state_bytes
 from labkit.offload.disk import DiskBandwidth, DiskStore, MiB, measure_disk
 from labkit.offload.iteration import Machine, Op, Plan, Result, simulate_iteration
-from labkit.offload.overhead import SoftwareCost, software_cost
+from labkit.offload.overhead import SoftwareCost, software_cost, timed_step
 from labkit.offload.trace import Trace, trace_step
-from labkit.offload.vdnn import Offloader, offloaded_forward_backward
+from labkit.offload.vdnn import Offloader
 from labkit.train import TrainConfig, Trainer, seed_everything
 
 STORES = ("dram", "disk")
@@ -62,7 +62,7 @@ class Row:
     store: str
     measured_bytes: int  # written + read back, per step
     simulated_bytes: float  # the plan's bytes out and back
-    measured_added_s: float  # offloaded step - plain step (median of repeats)
+    measured_added_s: float  # offloaded step - plain step (median of paired differences)
     simulated_added_s: float  # simulated step - compute-only step
     measured_peak_bytes: int  # model states + saved activations on the budgeted device
     simulated_peak_bytes: float
@@ -224,18 +224,21 @@ def layer_times(trainer: Trainer, repeats: int = 3) -> dict[str, tuple[float, fl
 
 
 def _measured(trainer: Trainer, trace: Trace, store: str, root: str | None, repeats: int) -> tuple[int, float, int]:
-    """(bytes out and back per step, median seconds of an offloaded forward + backward, peak resident bytes)."""
-    with Offloader(trainer.model, store, trace=trace, root=root) as off:
-        times = []
-        for i in range(repeats + 1):  # the first step warms up and is dropped
-            if i == 1:
-                before = off.stats.bytes_written + off.stats.bytes_read
-            t0 = time.perf_counter()
-            offloaded_forward_backward(trainer, off, i)
-            times.append(time.perf_counter() - t0)
-            trainer.model.zero_grad(set_to_none=True)
-        moved = (off.stats.bytes_written + off.stats.bytes_read - before) // repeats
-        return moved, statistics.median(times[1:]), off.peak
+    """(bytes out and back per step, median seconds an offloaded forward + backward adds, peak resident bytes).
+
+    Plain and offloaded steps alternate, each pair on the same batch and weights, and the added seconds are
+    the median of the pairs' differences (a slow spell of a shared machine then hits both terms of a pair).
+    The offloader is entered for its step only; the first pair warms up and is dropped.
+    """
+    diffs, moved, peak = [], 0, 0
+    for i in range(repeats + 1):
+        plain = sum(timed_step(trainer, i, None))
+        with Offloader(trainer.model, store, trace=trace, root=root) as off:
+            offloaded = sum(timed_step(trainer, i, off))
+            moved, peak = off.stats.bytes_written + off.stats.bytes_read, max(peak, off.peak)
+        if i:
+            diffs.append(offloaded - plain)
+    return moved, statistics.median(diffs), peak
 
 
 def calibrate(stores: tuple[str, ...] = STORES, repeats: int = 3, root: str | None = None,
@@ -271,7 +274,7 @@ def calibrate(stores: tuple[str, ...] = STORES, repeats: int = 3, root: str | No
         plan = Plan(swap, (AHEAD,) * len(ops), "host" if store == "dram" else "disk", "direct", True)
         sim: Result = simulate_iteration(ops, m, plan)
         cal = simulate_iteration(with_software(ops, sw), m, plan)
-        moved, step_s, peak = _measured(trainer, trace, store, root, repeats)
-        rows.append(Row(store, moved, sim.bytes_moved, step_s - plain_s, sim.time_s - plain_s, peak,
+        moved, added_s, peak = _measured(trainer, trace, store, root, repeats)
+        rows.append(Row(store, moved, sim.bytes_moved, added_s, sim.time_s - plain_s, peak,
                         sim.peak_bytes, cal.time_s - plain_s))
     return Calibration(copy_bps, copy_s, disk, file_s, states, tuple(ops), tuple(rows), sw)

@@ -56,7 +56,8 @@ class SoftwareCost:
         return self.total_s / self.tensors if self.tensors else 0.0
 
 
-def _timed_step(trainer: Trainer, i: int, off: Offloader | None) -> tuple[float, float]:
+def timed_step(trainer: Trainer, i: int, off: Offloader | None) -> tuple[float, float]:
+    """(forward, backward) seconds of batch ``i``, through ``off`` if given (it must be entered); grads cleared."""
     x, y = trainer.data(i)
     trainer.model.train()
     if off is not None:
@@ -87,9 +88,9 @@ def software_cost(trainer: Trainer, trace: Trace, repeats: int = 5) -> SoftwareC
     require_positive("repeats", repeats)
     plain, null, tensors = [], [], 0
     for i in range(repeats + 1):
-        p = _timed_step(trainer, i, None)
+        p = timed_step(trainer, i, None)
         with NullOffloader(trainer.model, "dram", trace=trace) as off:
-            n = _timed_step(trainer, i, off)
+            n = timed_step(trainer, i, off)
             tensors = off.stats.tensors_offloaded
         if i:
             plain.append(p)
