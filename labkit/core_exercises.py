@@ -52,7 +52,8 @@ def _pipedream_versions_first_stage(p: int = 4) -> float:
 
 _CORE: dict[str, Exercise] = {
     "01.bytes_per_param": Exercise(
-        "How many bytes per parameter does mixed-precision Adam hold (weights, gradients, optimizer)?",
+        "Under ZeRO's convention, how many bytes per parameter does mixed-precision Adam hold (weights, gradients, "
+        "optimizer)?",
         lambda: float(sum(vars(PRECISIONS["bf16-mixed"]).values()) - PRECISIONS["bf16-mixed"].activation),
         0.0,
         "Add 16-bit weights, 16-bit gradients, and K for fp32 master weights, momentum and variance.",
@@ -72,7 +73,7 @@ _CORE: dict[str, Exercise] = {
         "the attention scores dominate at long sequences.",
     ),
     "01.zero_stage": Exercise(
-        "Smallest ZeRO stage that puts a 7.5B-parameter model's states under 20 GB per GPU with Nd=64?",
+        "Smallest ZeRO stage that puts a 7.5 bn-parameter model's states under 20 GB per GPU with N_d = 64?",
         _smallest_zero_stage,
         0.0,
         ("Compare 4*Psi + 12*Psi/Nd (stage 1), 2*Psi + 14*Psi/Nd (stage 2) and 16*Psi/Nd (stage 3) with 20e9.",

@@ -22,8 +22,8 @@ def test_no_markdown_heading_inside_a_code_cell(source):
     assert not bad, f"{source.name}: markdown heading in code cell (missing '# %% [markdown]'?): {bad}"
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_every_notebook_asserts_measured_against_model(source):
+@pytest.mark.parametrize("source", [s for s in SOURCES if not s.stem.startswith("00_")], ids=lambda p: p.stem)
+def test_every_notebook_asserts_measured_against_model(source):  # 00 is the course guide: it measures nothing
     nb = parse(source.read_text())
     asserts = [cell.source for cell in nb.cells if cell.cell_type == "code" and re.search(r"^assert\b", cell.source,
                                                                                            re.MULTILINE)]
