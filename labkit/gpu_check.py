@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device: running the CPU-safe part only (the tiny GPT, one step on the CPU)")
         r = compare_model(None, batch=2, seq=32, precision="bf16-mixed", attention="sdpa", device="cpu")
-        print(f"tiny-gpt cpu bf16-mixed: whole-step peak {r.peak['measured']:,} B, predicted categories "
+        print(f"tiny-gpt cpu bf16-mixed: whole-step peak {r.peak['measured']:,} B, predicted (no temporaries) "
               f"{r.peak['predicted']:,.0f} B ({r.peak['measured'] / r.peak['predicted']:.3f}x)")
         print("gpu_check: skipped the GPU measurements (no CUDA)")
         return 0
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         for row, m, p in r.rows()[:4]:
             print(f"  {row:18s} measured {m:>16,} predicted {p:>16,.0f}  {m / p:.3f}x")
         print(f"  whole-step peak    measured {pk['measured']:>16,} predicted {pk['predicted']:>16,.0f}  "
-              f"{pk['measured'] / pk['predicted']:.3f}x (phase: {pk['phase']}; prediction has no temporaries)")
+              f"{pk['measured'] / pk['predicted']:.3f}x (phase: {pk['phase']}; predicted: no temporaries)")
         print(f"  allocator reserve  {pk['allocator_reserve']:,} B beyond the allocated peak "
               f"(reserved {pk['reserved']:,})")
         if gpu is not None:

@@ -6,34 +6,10 @@ import argparse
 import json
 import sys
 
-from labkit.cli.common import count_text, parse_int, table
+from labkit.cli.common import parse_int
 from labkit.errors import LabkitError
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")
-
-
-def _ratio(m: float, p: float | None) -> str:
-    return "-" if p in (None, 0) or not m else f"{m / p:.3f}"
-
-
-def format_report(r) -> str:
-    """The report for people: bytes, and measured/predicted."""
-    s = r.setup
-    lines = [f"{r.model}: {count_text(r.params)} parameters ({r.params:,}), {s['precision']}, "
-             f"batch {s['batch']}, seq {s['seq']}, {s['attention']} attention, cache {'on' if s['cache'] else 'off'}, "
-             f"{s['device']}, layers in {s['blocks']}"]
-    rows = [[name, f"{m:,}", "-" if p is None else f"{p:,.0f}", _ratio(m, p)] for name, m, p in r.rows()]
-    pk = r.peak
-    rows.append(["whole-step peak", f"{pk['measured']:,}", "-" if pk["predicted"] is None else
-                 f"{pk['predicted']:,.0f}", _ratio(pk["measured"], pk["predicted"])])
-    lines += ["", table(["bytes", "measured", "predicted", "measured/predicted"], rows)]
-    lines.append(f"peak in the {pk['phase']} phase; predicted peak = the predicted categories (no temporaries)")
-    if pk["reserved"] is not None:
-        lines.append(f"caching allocator reserved {pk['reserved']:,} B at most: {pk['allocator_reserve']:,} B "
-                     "beyond the allocated peak")
-    if any(p is None for _, _, p in r.rows()):
-        lines.append("(-: no prediction; activations are predicted for fp32 and bf16-mixed)")
-    return "\n".join(lines)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,5 +54,5 @@ def run(a: argparse.Namespace) -> int:
                                progress, layers)
     finally:
         bar.close()
-    print(json.dumps(report.to_json(), indent=2) if a.json else format_report(report))
+    print(json.dumps(report.to_json(), indent=2) if a.json else str(report))
     return 0
