@@ -379,14 +379,21 @@ for micro_batch in (16, 4, 1):
 # %% [markdown]
 # ## 6 · Design: find a configuration that fits
 #
-# Pick a model, a GPU and a layout; the bar and the verdict follow (predicted). Try
-# to fit Llama-2 7B on the RTX 4090 — what does it take? Then try GPT-3 175B on H100s.
+# Pick a model, a GPU and a layout; the bar and the verdict follow (predicted).
 # Bad values (a data-parallel degree of 0, say) get a message, not a traceback.
+#
+# **Design task (checked):** train Llama-2 7B at sequence 2048 on RTX 4090s, with at
+# least 2 GiB to spare on each card (room for the allocator's reserve), using at most
+# 8 cards. No single change gets there: section 5 showed which bytes are too many, and
+# each control removes a different part of them. Press **Check my design**: it says
+# whether the goal is met, and if not, what is still missing. Then, unchecked, try
+# GPT-3 175B on H100s.
 
 # %% tags=["nbval-ignore-output"]
+from labkit.practice import design  # noqa: E402
 from labkit.widgets import MemoryPanel  # noqa: E402
 
-MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
+MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048).set_task(design.task("01"))
 
 # %% [markdown]
 # ## 7 · Meanwhile, hardware fails
@@ -434,3 +441,41 @@ checks.check("01.zero_stage", None)
 
 # %%
 checks.check("01.mtbf_hours", None)
+
+# %% [markdown]
+# **Reasoning across results.** The next answer is in no single table: put two results
+# together. Start from the design panel's starting setting (Llama-2 7B, bf16-mixed,
+# micro-batch 1, s = 2048, no recompute, ZeRO stage 0, one GPU; set its controls back if
+# you changed them): it prints the total and the activations' share. Then ask which of
+# the four categories grow with the micro-batch (the introduction and section 5 say
+# which). Answer in GB (10⁹ B).
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("01.reason.batch8_extra_gb", None)
+
+# %% [markdown]
+# **Coding exercise.** Write the heart of section 3 yourself: a function that returns the
+# bytes of parameters, gradients and optimizer states of a model with `n_params`
+# parameters trained with AdamW, for `precision` `"fp32"` or `"bf16-mixed"` (16-bit
+# weights and gradients; the optimizer keeps fp32 master weights and Adam's two fp32
+# moments), as a dict with the keys `"parameters"`, `"gradients"` and `"optimizer"`.
+# The check trains a real tiny GPT for one step in each precision, at two sizes, and
+# compares your bytes with what the step measurably holds, category by category.
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def state_bytes(n_params, precision):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("01.code.state_bytes", state_bytes)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-01.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
