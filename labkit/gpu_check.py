@@ -29,12 +29,20 @@ from labkit.shapes import ModelShape
 MODELS = ((None, 8, 256), ("tinyllama-1.1b", 4, 1024))  # (config, batch, seq)
 
 
-def catalogue_gpu(cuda_name: str):
-    """The catalogue's entry whose name appears in ``torch.cuda.get_device_name`` (longest match), or None."""
+def catalogue_gpu(cuda_name: str, name: str | None = None):
+    """The catalogue's entry for this GPU: ``name`` if given, else the entry whose model (``A100``, ``H200``)
+    appears in ``torch.cuda.get_device_name`` and shares the most of its other tokens (``80GB``, ``SXM``,
+    ``PCIe``); None when no entry's model appears."""
     cat = load_catalogue()
-    names = [cat.gpu(n).name for n in cat.gpu_names()]
-    hits = [n for n in names if n.lower().replace("-sxm", "") in cuda_name.lower()]
-    return cat.gpu(max(hits, key=len)) if hits else None
+    if name:
+        return cat.gpu(name)
+    text = cuda_name.lower()
+    scored = []
+    for entry in {cat.gpu(n).name for n in cat.gpu_names()}:
+        first, *rest = entry.lower().split("-")
+        if first in text:
+            scored.append((sum(t in text for t in rest), -len(rest), entry))
+    return cat.gpu(max(scored)[2]) if scored else None
 
 
 def step_seconds(config, batch: int, seq: int, steps: int = 5) -> float:
@@ -50,7 +58,9 @@ def step_seconds(config, batch: int, seq: int, steps: int = 5) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="gpu_check", description=__doc__).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__)
+    parser.add_argument("--gpu", help="the catalogue entry of this GPU (default: from its CUDA name)")
+    args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device: running the CPU-safe part only (the tiny GPT, one step on the CPU)")
         r = compare_model(None, batch=2, seq=32, precision="bf16-mixed", attention="sdpa", device="cpu")
@@ -59,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: skipped the GPU measurements (no CUDA)")
         return 0
     name = torch.cuda.get_device_name()
-    gpu = catalogue_gpu(name)
+    gpu = catalogue_gpu(name, args.gpu)
     print(f"gpu_check on {name} (catalogue: {gpu.name if gpu else 'no entry'}), torch {torch.__version__}")
     for config, batch, seq in MODELS:
         r = compare_model(config, batch=batch, seq=seq, precision="bf16-mixed", attention="sdpa", dropout=0.0,

@@ -77,9 +77,10 @@ def phase_memory(trainer: Trainer, step: int | None = None) -> dict[str, dict[st
 def peak_step_bytes(trainer: Trainer, step: int | None = None) -> int:
     """The most a real step holds at once (MemTracker), leaving out data kept outside the step.
 
-    It is what a device must fit: model states, saved activations and the
-    temporaries of backward at their common peak. Run it after one step so the
-    optimizer states exist.
+    Model states, saved activations and the temporaries of backward at their common
+    peak, as MemTracker's forward/backward snapshots see them. It misses the optimizer
+    step (fp32 gradient copies, master weights): ``whole_step_peak`` is the most a whole
+    step holds. Run it after one step so the optimizer states exist.
     """
     phases = phase_memory(trainer, step)
     return max(sum(v for k, v in row.items() if k != "other") for row in phases.values())

@@ -1,0 +1,22 @@
+"""The GPU check: finds this GPU in the catalogue, and without CUDA runs its CPU part and says so."""
+
+import pytest
+import torch
+
+from labkit.gpu_check import catalogue_gpu, main
+
+
+@pytest.mark.parametrize("cuda_name, entry", [
+    ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA GeForce RTX 4090", "RTX-4090"), ("Some Other GPU", None),
+])
+def test_catalogue_entry_from_the_cuda_name(cuda_name, entry):
+    found = catalogue_gpu(cuda_name)
+    assert (found and found.name) == entry
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="runs the GPU measurements on a CUDA machine")
+def test_without_cuda_it_runs_the_cpu_part_and_says_so(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA" in out and "whole-step peak" in out
