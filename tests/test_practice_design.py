@@ -18,3 +18,40 @@ def test_the_check_names_what_is_missing():
     assert "at most 8 GPUs" in panel.check_design()[1]
     panel.set_values(**design.find_solution("01"))
     assert panel.check_design()[0] and "Goal met" in panel.task_result.value
+
+
+def test_pipeline_task_names_the_bubble_the_batch_and_the_memory():
+    panel = design.TASKS["02"][2]().set_task(design.task("02"))
+    met, reason = panel.check_design()  # 1F1B, p=16, m=32: fits, but a third of the step is bubble
+    assert not met and "simulated" in reason and "under 10%" in reason and "batch" not in reason
+    panel.set_values(microbatches=384)  # the bubble shrinks, but 384 x 8 sequences break the batch cap
+    assert "global batch of 3,072 sequences" in panel.check_design()[1]
+    panel.set_values(schedule="gpipe", microbatches=128)  # GPipe keeps every micro-batch's activations
+    assert "does not fit" in panel.check_design()[1]
+    panel.set_values(schedule="interleaved", chunks=2, microbatches=32, dp=16)
+    assert "2,048 GPUs; the task allows at most 1,024" in panel.check_design()[1]
+    panel.gpu.value = "H100-SXM"
+    assert "GPU is the A100-80GB" in panel.check_design()[1]
+
+
+def test_pipeline_task_met_by_the_solution_found():
+    panel = design.TASKS["02"][2]().set_task(design.task("02"))
+    panel.set_values(**design.find_solution("02"))
+    met, reason = panel.check_design()
+    assert met and "Goal met" in panel.task_result.value
+    assert panel.plan.bubble_simulated < 0.10 and panel.plan.fits
+
+
+def test_tensor_task_names_memory_and_communication():
+    panel = design.TASKS["03"][2]().set_task(design.task("03"))
+    met, reason = panel.check_design()  # 2d on 16 GPUs: small enough, but SUMMA over InfiniBand is slow
+    assert not met and "ms over ib-hdr" in reason and "MB per GPU" not in reason
+    panel.set_values(mode="1d", devices=8)  # fast on NVLink, but 1D keeps the block's input whole on every rank
+    reason = panel.check_design()[1]
+    assert "MB per GPU; the task asks for at most 375 MB" in reason and "ms" not in reason
+    panel.set_values(mode="3d", devices=8)
+    assert panel.check_design()[0]
+    panel.hidden.value = 1024
+    assert "hidden h is 12288" in panel.check_design()[1]
+    panel.set_values(hidden=12288, mode="2d", devices=8)  # 8 is not a square: the panel shows bad input
+    assert "no valid layout" in panel.check_design()[1]
