@@ -77,3 +77,16 @@ def test_unknown_values_name_the_field():
         OffloadPanel(policy="magic")
     with pytest.raises(Exception, match="model must be one of"):
         OffloadPanel(model="gpt5")
+
+
+def test_design_task_has_an_answer():
+    """Notebook 04's task: the slowest host link at which vDNN costs under 10% exists on the panel."""
+    panel = OffloadPanel()
+    costs = {}
+    for gbps in (32.0, 256.0, 1024.0, 4096.0):
+        panel.link_gbps.value = gbps
+        busy = panel.result.timeline.events
+        compute = sum(e.end - e.start for e in busy if e.stream == "compute")
+        costs[gbps] = panel.result.time_s / compute - 1
+    assert costs[32.0] > 0.1 and min(costs.values()) < 0.1
+    assert list(costs.values()) == sorted(costs.values(), reverse=True)  # a faster link never costs more
