@@ -267,7 +267,7 @@ class GroupCrash:
 
 
 def crash_group(root: str | Path, steps: int = 6, every: int = 2, kill: KillPoint = KillPoint(3), kill_rank: int = 1,
-                world: int = 2, seed: int = 0, timeout: float = 30.0) -> GroupCrash:
+                world: int = 2, seed: int = 0, timeout: float = 120.0) -> GroupCrash:
     """Kill ``kill_rank`` of a ``world``-rank group; the group fails cleanly, restarts, resumes bit-identical.
 
     The first group trains the uninterrupted reference, then starts the run that is killed;

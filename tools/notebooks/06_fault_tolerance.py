@@ -284,6 +284,7 @@ print(f"exit codes {fo.exit_codes} (-9 = SIGKILL); survivor rank {fo.survivor} t
 print(f"replica held {fo.replica_bytes:,} B = 12 B x {fo.replica_params:,} parameters "
       f"(predicted {fo.predicted_replica_bytes:,}); no checkpoint was read")
 print(f"losses and parameters bit-identical to an uninterrupted run: {fo.losses_identical and fo.params_identical}")
+assert fo.replica_bytes == fo.predicted_replica_bytes  # measured = model
 print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measured)", "", 1))
 
 # %% [markdown]
