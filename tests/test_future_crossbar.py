@@ -109,3 +109,30 @@ def test_bad_config_names_the_field(kwargs, message):
 def test_bad_sweep_field_names_the_allowed(trainer):
     with pytest.raises(LabkitError, match="field must be one of adc_bits, dac_bits"):
         sweep(trainer, "volts", [1])
+
+
+def test_averaged_reads_cut_the_noise_as_one_over_sqrt_reads():
+    layer, x = _layer()
+    one = relative_error(layer, x, CrossbarConfig(noise=0.05))
+    many = relative_error(layer, x, CrossbarConfig(noise=0.05, reads=16))
+    assert many == pytest.approx(one / 4, rel=0.35)  # noise only: 1/sqrt(16)
+    assert relative_error(layer, x, CrossbarConfig(reads=16)) < 1e-5  # no noise: reads change nothing
+    with pytest.raises(LabkitError, match="reads must be a positive integer"):
+        CrossbarConfig(reads=0)
+
+
+def test_seed_sweep_spreads_and_layer_inputs_are_the_real_ones(trainer):
+    from labkit.future.crossbar_study import layer_inputs, seed_sweep
+
+    s = seed_sweep(trainer, "noise", [0.0, 0.1], seeds=[0, 1, 2])
+    quiet, loud = s.points
+    assert len(set(quiet.gaps)) == 1 and abs(quiet.gaps[0]) < 1e-5  # no noise: every seed the same
+    assert len(set(loud.gaps)) == 3  # noise differs by seed
+    assert loud.spread[0] <= loud.mean <= loud.spread[1]
+    assert s.rows()[1][0] == "0.1"
+    layer, x = layer_inputs(trainer, "mlp.c_fc", block=1)
+    assert layer is trainer.model.h[1].mlp.c_fc and x.shape[1] == layer.in_features
+    with pytest.raises(LabkitError, match="block must be an integer from 0 to 1"):
+        layer_inputs(trainer, block=2)
+    with pytest.raises(LabkitError, match="seeds must name at least one seed"):
+        seed_sweep(trainer, "noise", [0.1], seeds=[])

@@ -98,3 +98,13 @@ def test_bad_replay_input_names_field(trace):
         replay(trace, h, "trace-aware", 0)
     with pytest.raises(LabkitError, match="hbm_fraction"):
         scaled(trace, -1.0)
+
+
+def test_ablation_separates_eviction_from_prefetch(trace):
+    from labkit.future.hierarchy import POLICIES, ablation
+
+    a = ablation(trace, scaled(trace, 0.5, 0.3))
+    assert set(a) == set(POLICIES)
+    assert a["min"].misses == a["trace-aware"].misses < a["lru"].misses == a["lru+prefetch"].misses
+    assert a["trace-aware"].stall_s <= a["min"].stall_s < a["lru"].stall_s
+    assert a["lru+prefetch"].stall_s <= a["lru"].stall_s

@@ -59,3 +59,21 @@ def test_faster_ssd_engine_helps():
 def test_bad_input_names_field(kw, field):
     with pytest.raises(LabkitError, match=field):
         adam_paths(**{"params": 1000, **kw})
+
+
+def test_flash_writes_cost_write_bandwidth_and_energy():
+    from labkit import hardware
+    from labkit.future.near_data import ssd_j_per_bit
+
+    drive = hardware.tier("NVMe-PCIe4")
+    r = adam_paths(10**9, "ssd")
+    out = next(leg for leg in r.standard.legs if leg.what == "move states out")
+    states = 12 * 10**9
+    slowest = min(drive.write_bandwidth, hardware.tier("DDR5-4800").read_bandwidth, 64e9)
+    assert out.seconds == pytest.approx(states / slowest, rel=0.01)
+    assert ssd_j_per_bit(drive, "write") == pytest.approx(drive.power_watts / (8 * drive.write_bandwidth))
+    assert ssd_j_per_bit(drive, "write") > ssd_j_per_bit(drive, "read")  # it writes slower at the same power
+    grads_in = next(leg for leg in r.near.legs if leg.what == "move gradients")
+    assert "write" in grads_in.place
+    with pytest.raises(LabkitError, match="direction must be one of read, write"):
+        ssd_j_per_bit(drive, "erase")

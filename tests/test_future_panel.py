@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 import torch.nn as nn
 
 from labkit.errors import LabkitError
@@ -51,10 +52,44 @@ def test_panel_takes_a_trained_layer():
 @pytest.mark.parametrize("control, value, message", [
     ("noise_percent", -1.0, "read noise % must be between 0 and 100"),
     ("noise_percent", 150.0, "read noise % must be between 0 and 100"),
-    ("array_size", 0, "array rows=cols must be a positive integer"),
+    ("array_size", 0, "array rows=cols must be an integer from 16 to 1024"),
+    ("array_size", 8, "array rows=cols must be an integer from 16 to 1024"),
 ])  # fmt: skip
 def test_panel_shows_bad_input(control, value, message):
     panel = CrossbarPanel()
     getattr(panel, control).value = value
     assert panel.error is None and not panel.figures
     assert "bad input" in panel.message.value and message in panel.message.value
+
+
+@pytest.fixture(scope="module")
+def trained():
+    from labkit.future.crossbar import tiny_trainer
+
+    return tiny_trainer()  # the notebook's model: 60 steps at d_model 64
+
+
+def test_panel_runs_the_trained_layer(trained):
+    from labkit.future.crossbar_study import layer_inputs
+
+    panel = CrossbarPanel.from_trainer(trained)
+    layer, x = layer_inputs(trained)
+    assert panel.layer is trained.model.h[0].mlp.c_proj and torch.equal(panel.inputs, x)
+    assert x.shape == (trained.cfg.batch_size * trained.cfg.model.seq_len, layer.in_features)
+
+
+def test_design_task_has_a_solution_on_the_panel(trained):
+    """Notebook 08's task: under 1% output error at 2% read noise, on the trained layer, with the panel's controls."""
+    panel = CrossbarPanel.from_trainer(trained, noise_percent=2.0, weight_bits=8)
+    found = []
+    for size in (16, 128):
+        for reads in (1, 16):
+            for bits in (8, 12):
+                panel.set_values(array_size=size, reads=reads, adc_bits=bits)
+                if panel.error is not None and panel.error < 0.01:
+                    found.append((size, reads, bits))
+    assert found, "no panel setting reaches 1% error at 2% noise"
+    assert all(reads > 1 for _, reads, _ in found)  # one read cannot: its noise floor is above 1%
+    assert (128, 16, 12) in found  # the notebook's default array size, 16 reads, a 12-bit ADC
+    panel.set_values(array_size=16, reads=1, adc_bits=12)  # the smallest arrays, a fine ADC, one read
+    assert panel.error > 0.01

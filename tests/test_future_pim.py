@@ -60,3 +60,16 @@ def test_bad_input_names_the_field():
         mvm_energy(10, 10).digital_j("hdd")
     with pytest.raises(LabkitError, match="cannot be read"):
         pim_results("/nonexistent/pim.toml")
+
+
+def test_int8_digital_baseline():
+    from labkit.future.pim import mvm_energy
+
+    e = mvm_energy(128, 128)
+    weights = 128 * 128
+    assert e.int8_mac_j == pytest.approx(weights * (0.2 + 0.1) * 1e-12)  # Horowitz: int8 multiply, int32 add
+    assert e.digital_j("dram", "int8") == pytest.approx(e.dram_j / 4 + e.int8_mac_j)
+    assert e.ratio("sram", "int8") < e.ratio("sram") and e.ratio("dram", "int8") < e.ratio("dram")
+    assert e.ratio("sram", "int8") > 1  # the crossbar still wins, by less
+    with pytest.raises(LabkitError, match="precision must be one of fp32, int8"):
+        e.digital_j("dram", "fp8")

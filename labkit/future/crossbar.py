@@ -17,6 +17,9 @@ Chi et al., ISCA 2016):
 * an ADC with ``adc_bits`` converts each column; its full scale is the largest current the
   programmed column could carry (``"column"``) or the largest of its tile (``"tile"``); currents
   beyond it clip;
+* ``reads`` > 1 reads every column that many times, converts each read and averages them
+  digitally: the read noise falls as 1/sqrt(reads), at ``reads`` times the conversions (the
+  energy model, ``pim.mvm_energy``, counts them as input cycles);
 * a matrix larger than one array is split into tiles; partial sums are rescaled and added
   digitally, and the bias is added digitally.
 
@@ -43,7 +46,7 @@ from labkit.train import TrainConfig, Trainer
 
 ADC_RANGES = ("column", "tile")
 ANALOG_LAYERS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-SWEEP_FIELDS = ("adc_bits", "dac_bits", "weight_bits", "noise", "array_size")
+SWEEP_FIELDS = ("adc_bits", "dac_bits", "weight_bits", "noise", "array_size", "reads")
 MAX_BITS = 16
 
 
@@ -66,6 +69,7 @@ class CrossbarConfig:
     noise: float = 0.0
     adc_range: str = "column"
     seed: int = 0
+    reads: int = 1
 
     def __post_init__(self) -> None:
         require_positive("rows", self.rows)
@@ -79,6 +83,7 @@ class CrossbarConfig:
         require_choice("adc_range", self.adc_range, ADC_RANGES)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise LabkitError(f"seed must be an integer (got {self.seed!r})")
+        require_positive("reads", self.reads)
 
 
 def _quantize(t: torch.Tensor, levels: int) -> torch.Tensor:
@@ -136,13 +141,15 @@ class AnalogLinear(nn.Module):
             v = _quantize(v, 2 ** (cfg.dac_bits - 1) - 1)
         y = torch.zeros(x.shape[0], self.out_features)
         for i, rs in enumerate(self.row_slices):
-            current = v[:, rs] @ self.g[rs]  # (n, out): Kirchhoff's sum down each column
+            clean = v[:, rs] @ self.g[rs]  # (n, out): Kirchhoff's sum down each column
+            sigma = cfg.noise * torch.sqrt(2 * (v[:, rs] ** 2).sum(1, keepdim=True))
+            current = clean.unsqueeze(0)  # (reads, n, out): every read of every column, converted, then averaged
             if cfg.noise > 0:
-                sigma = cfg.noise * torch.sqrt(2 * (v[:, rs] ** 2).sum(1, keepdim=True))
-                current = current + sigma * torch.randn(current.shape, generator=self.generator)
+                current = current + sigma * torch.randn((cfg.reads, *clean.shape), generator=self.generator)
             if cfg.adc_bits is not None:
                 fs = self.full_scale[i]
                 current = _quantize(current / fs, 2 ** (cfg.adc_bits - 1) - 1) * fs
+            current = current.mean(0)  # digital average of the reads
             y += current * self.scale[i]  # digital: rescale the partial sum and add it
         y = y * x_scale
         if self.bias is not None:

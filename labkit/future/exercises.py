@@ -33,7 +33,7 @@ register("08.standard_link_gb", Exercise(
             f"and 16-bit weights come back: {_near_link_bytes():.0f} GB.",
 ))
 register("08.dram_pj_per_bit", Exercise(
-    "Picojoules per bit of a DRAM read, from Horowitz's 640 pJ per 32-bit read (45 nm)?",
+    "Picojoules per bit of a DRAM read, from the 640 pJ per 32-bit read of Han et al. 2015 (45 nm, after Horowitz)?",
     _dram_pj_per_bit,
     0.02,
     "Divide by the 32 bits of the word.",

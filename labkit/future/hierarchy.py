@@ -5,13 +5,15 @@ weights each op reads, the storages autograd saves and reads back, and each op's
 
 ``replay`` runs that trace on a three-level hierarchy, in fixed-size pages as a paged
 allocator would: HBM (a cache), host DRAM (a cache) and an SSD that backs everything.
-Two policies, the same residency rules otherwise:
+A policy is an eviction rule and a fetch rule, the same residency rules otherwise:
 
 * ``lru``: demand fetch when an op needs a page, evict the least recently used page;
 * ``trace-aware``: Belady's MIN eviction (evict the page whose next use is furthest;
   Belady, "A study of replacement algorithms for a virtual-storage computer", IBM Systems
   Journal 1966), and every fetch issued as soon as its slot is free, up to ``lookahead``
-  ops ahead of its use (prefetch, as vDNN and SwapAdvisor plan from a profiled iteration).
+  ops ahead of its use (prefetch, as vDNN and SwapAdvisor plan from a profiled iteration);
+* ``min`` (MIN eviction, demand fetch) and ``lru+prefetch`` (LRU eviction, prefetch) take one
+  half each, so ``ablation`` can show what each half of the trace-aware schedule gains.
 
 MIN is optimal in misses for pages of one size, so the trace-aware schedule never
 misses more than LRU. Times come from ``labkit.sim``: ops on a compute stream (roofline
@@ -31,7 +33,9 @@ from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.future.trace import Block, Op, StepTrace, record_trace  # noqa: F401 - record_trace: the notebook's entry
 from labkit.sim import Task, simulate
 
-POLICIES = ("lru", "trace-aware")
+POLICIES = ("lru", "min", "lru+prefetch", "trace-aware")
+MIN_EVICTION = ("min", "trace-aware")
+PREFETCH = ("lru+prefetch", "trace-aware")
 TIERS = ("HBM", "DRAM", "SSD")
 LINKS = ("pcie h2d", "pcie d2h", "nvme read", "nvme write")
 NEVER = 1 << 62
@@ -143,13 +147,13 @@ class _Cache:
         self.pages.move_to_end(p)
 
     def victim(self, next_use: dict[int, int]) -> int:
-        if self.policy == "lru":
+        if self.policy not in MIN_EVICTION:
             return next(iter(self.pages))
         return max(self.pages, key=lambda q: (next_use.get(q, NEVER), q))
 
 
 def replay(trace: StepTrace, hier: Hierarchy, policy: str = "lru", lookahead: int = 4) -> Replay:
-    """Replay ``trace`` on ``hier`` under ``policy`` ("lru" or "trace-aware"); see the module docstring.
+    """Replay ``trace`` on ``hier`` under ``policy`` (one of ``POLICIES``); see the module docstring.
 
     Weights start in place, in order of first use: HBM first, then DRAM; the SSD holds a copy
     of all of them. An activation lives in HBM from its creation; evicted, it is written down
@@ -245,7 +249,7 @@ def _timeline(trace: StepTrace, hier: Hierarchy, policy: str, lookahead: int, mo
     after = {"pcie h2d": ("pcie d2h", "nvme read"), "nvme read": ("nvme write",), "pcie d2h": (), "nvme write": ()}
     tasks = []
     for i, op in enumerate(trace.ops):
-        start = i - 1 if policy == "lru" else min(i - 1, max(ready[i], i - 1 - lookahead))
+        start = i - 1 if policy not in PREFETCH else min(i - 1, max(ready[i], i - 1 - lookahead))
         base = (f"op {start}",) if start >= 0 else ()
         names = {}
         for link in ("pcie d2h", "nvme write", "nvme read", "pcie h2d"):
@@ -271,3 +275,8 @@ def _timeline(trace: StepTrace, hier: Hierarchy, policy: str, lookahead: int, mo
 def compare(trace: StepTrace, hier: Hierarchy, lookahead: int = 4) -> tuple[Replay, Replay]:
     """LRU and the trace-aware schedule on the same trace and hierarchy."""
     return replay(trace, hier, "lru", lookahead), replay(trace, hier, "trace-aware", lookahead)
+
+
+def ablation(trace: StepTrace, hier: Hierarchy, lookahead: int = 4) -> dict[str, Replay]:
+    """Every policy on the same trace: LRU, MIN alone, prefetch alone, both (the trace-aware schedule)."""
+    return {p: replay(trace, hier, p, lookahead) for p in POLICIES}

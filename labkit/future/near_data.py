@@ -16,8 +16,10 @@ and the 16-bit weights, grad + 2K + weight = 28 bytes per parameter, for about
 the memory it runs next to (Williams et al., CACM 2009). Near-data moves 4P instead of 2KP
 over the link and pays with a slower memory: it wins when the link is slow enough,
 ``break_even_bandwidth``. Energy is bytes x 8 x J/bit per place: links and HBM from the
-catalogue, DRAM from Horowitz (ISSCC 2014: 640 pJ per 32-bit DRAM read = 20 pJ/bit), flash
-from the SSD's active power over its bandwidth (an assumption, stated on the function).
+catalogue, DRAM from Han et al.'s table (NeurIPS 2015, Table 1, after Horowitz, ISSCC 2014:
+640 pJ per 32-bit DRAM read = 20 pJ/bit), flash from the SSD's active power over its read or
+write bandwidth (an assumption, stated on the function): a copy into the drive is a write,
+at the drive's write bandwidth and write energy; a copy out of it a read.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ PJ = 1e-12
 
 
 def dram_j_per_bit() -> float:
-    """Horowitz's 640 pJ per 32-bit DRAM read, per bit (ISSCC 2014, ``references.toml``)."""
+    """640 pJ per 32-bit DRAM read, per bit (Han et al. 2015, Table 1, after Horowitz 2014; ``references.toml``)."""
     return section("energy_pj")["dram_read_32bit"] * PJ / 32
 
 
-def ssd_j_per_bit(ssd: hardware.Tier) -> float:
-    """Assumption: a flash access costs the drive's active power over its read bandwidth (W / (bit/s))."""
-    return ssd.power_watts / (ssd.read_bandwidth * 8)
+def ssd_j_per_bit(ssd: hardware.Tier, direction: str = "read") -> float:
+    """Assumption: a flash access costs the drive's active power over its read or write bandwidth (W / (bit/s))."""
+    require_choice("direction", direction, ("read", "write"))
+    return ssd.power_watts / ((ssd.read_bandwidth if direction == "read" else ssd.write_bandwidth) * 8)
 
 
 @dataclass(frozen=True)
@@ -153,18 +156,20 @@ def adam_paths(params: int, states_at: str = "dram", gpu: str = "H100-SXM", dram
         raise LabkitError(f"gpu must have a PCIe link with energy_pj_per_bit in the catalogue (got {dev.name!r})")
     pcie_bw = link_bandwidth if link_bandwidth is not None and states_at == "dram" else pcie.bandwidth
     drive_bw = link_bandwidth if link_bandwidth is not None and states_at == "ssd" else drive.read_bandwidth
+    drive_write_bw = link_bandwidth if link_bandwidth is not None and states_at == "ssd" else drive.write_bandwidth
     link = (pcie.name, pcie_bw, pcie.latency_s, pcie.energy_j_per_bit)
     mem = (host.name, host.read_bandwidth, host.latency_s, dram_j_per_bit())
-    flash = (drive.name, drive_bw, drive.latency_s, ssd_j_per_bit(drive))
+    flash = (drive.name, drive_bw, drive.latency_s, ssd_j_per_bit(drive, "read"))
+    flash_in = (f"{drive.name} write", drive_write_bw, drive.latency_s, ssd_j_per_bit(drive, "write"))
     states, grads, weights = params * state_bytes, params * grad_bytes, params * weight_bytes
     touched = adam_bytes_touched(params, state_bytes, grad_bytes, weight_bytes)
     flops = ADAM_FLOPS_PER_PARAM * params
     hbm_j = dev.memory_energy_j_per_bit or 0.0
     gpu_step = Leg("step", f"{dev.name} HBM", touched, hardware.roofline_time(flops, touched, dev, "fp32"),
                    touched * 8 * hbm_j)
-    home = [flash, mem] if states_at == "ssd" else [mem]
+    home, back = ([flash, mem], [mem, flash_in]) if states_at == "ssd" else ([mem], [mem])
     std = [_copy("move states in", states, [*home, link]), gpu_step,
-           _copy("move states out", states, [link, *reversed(home)])]
+           _copy("move states out", states, [link, *back])]
     if states_at == "dram":
         step = Leg("step", host.name, touched, max(touched / host.read_bandwidth, flops / host_flops),
                    touched * 8 * dram_j_per_bit())
@@ -172,8 +177,9 @@ def adam_paths(params: int, states_at: str = "dram", gpu: str = "H100-SXM", dram
     else:
         reads, writes = grads + states, states + weights
         step = Leg("step", f"{drive.name} (computational)", touched, reads / inside + writes / drive.write_bandwidth,
-                   touched * 8 * ssd_j_per_bit(drive))
-        near = [_copy("move gradients", grads, [link, flash]), step, _copy("move weights back", weights, [flash, link])]
+                   8 * (reads * ssd_j_per_bit(drive, "read") + writes * ssd_j_per_bit(drive, "write")))
+        near = [_copy("move gradients", grads, [link, flash_in]), step,
+                _copy("move weights back", weights, [flash, link])]
     return NearData(params, states_at, StepPath("standard", tuple(std)), StepPath("near-data", tuple(near)))
 
 

@@ -1,12 +1,14 @@
-"""The crossbar widget of notebook 08: ADC bits, weight bits, read noise and array size against error and energy.
+"""The crossbar widget of notebook 08: ADC bits, weight bits, read noise, array size and reads against error and energy.
 
-To answer in well under a second it runs one layer, not the whole model: the layer and the
-inputs it saw (the notebook passes the trained tiny GPT's MLP ``c_proj`` and its recorded
-inputs; the default is a seeded layer of the same shape). Every change reprograms the layer
-onto crossbars (``labkit.future.crossbar``), reports its relative output error beside the
-digital layer's (zero), draws error against ADC bits at the other settings, and prices one
-matrix-vector product with ``labkit.future.pim.mvm_energy``. Bad input (negative noise, an
-array of no rows) shows the message naming the field, never a traceback.
+To answer in well under a second it runs one layer, not the whole model: a trained layer and
+the inputs it really sees (``CrossbarPanel.from_trainer``: the trained tiny GPT's MLP ``c_proj``
+and its inputs on a validation batch, as the notebook uses it; a seeded random layer of the
+same shape only when none is given, for tests). Every change reprograms the layer onto
+crossbars (``labkit.future.crossbar``), reports its relative output error beside the digital
+layer's (zero), draws error against ADC bits at the other settings, and prices one
+matrix-vector product with ``labkit.future.pim.mvm_energy`` (``reads`` repeated reads cost that
+many conversions). Bad input (negative noise, an array of no rows) shows the message naming
+the field, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
-from labkit.errors import LabkitError, require_positive
+from labkit.errors import LabkitError
 from labkit.future.crossbar import CrossbarConfig, relative_error
+from labkit.future.crossbar_study import layer_inputs
 from labkit.future.pim import mvm_energy
+from labkit.train import Trainer
 from labkit.widgets import Panel
 
-CURVE_BITS = tuple(range(2, 13))
+CURVE_BITS = tuple(range(2, 13, 2))
+MIN_ARRAY, MAX_ARRAY = 16, 1024  # rows (= columns) of one crossbar array the panel allows
 
 
 def default_layer(n_in: int = 256, n_out: int = 64, tokens: int = 64, seed: int = 0) -> tuple[nn.Linear, torch.Tensor]:
-    """A seeded linear layer (the tiny GPT's MLP c_proj shape at d_model 64) and inputs for it."""
+    """A seeded random linear layer (the tiny GPT's MLP c_proj shape at d_model 64) and inputs: for tests only."""
     g = torch.Generator().manual_seed(seed)
     layer = nn.Linear(n_in, n_out)
     with torch.no_grad():
@@ -39,7 +44,8 @@ class CrossbarPanel(Panel):
     """Run one trained layer on analog crossbars and watch its error and its energy per product."""
 
     def __init__(self, layer: nn.Linear | None = None, inputs: torch.Tensor | None = None, adc_bits: int = 8,
-                 weight_bits: int = 6, noise_percent: float = 1.0, array_size: int = 128, seed: int = 0) -> None:
+                 weight_bits: int = 6, noise_percent: float = 1.0, array_size: int = 128, seed: int = 0,
+                 reads: int = 1) -> None:
         if (layer is None) != (inputs is None):
             raise LabkitError("layer and inputs must be given together (or neither, for the default layer)")
         self.layer, self.inputs = (layer, inputs) if layer is not None else default_layer()
@@ -49,28 +55,40 @@ class CrossbarPanel(Panel):
         self.weight_bits = w.IntSlider(value=weight_bits, min=1, max=8, description="weight bits", style=st)
         self.noise_percent = w.FloatText(value=noise_percent, description="read noise %", style=st)
         self.array_size = w.IntText(value=array_size, description="array rows=cols", style=st)
+        self.reads = w.IntSlider(value=reads, min=1, max=32, description="reads averaged", style=st)
         self.error: float | None = None
         self.energy = None
-        self._wire([self.adc_bits, self.weight_bits, self.noise_percent, self.array_size], columns=2)
+        self._wire([self.adc_bits, self.weight_bits, self.noise_percent, self.array_size, self.reads], columns=2)
+
+    @classmethod
+    def from_trainer(cls, trainer: Trainer, layer: str = "mlp.c_proj", block: int = 0, **kwargs) -> CrossbarPanel:
+        """The panel on a trained model's layer and the inputs it sees (``crossbar_study.layer_inputs``)."""
+        linear, inputs = layer_inputs(trainer, layer, block)
+        return cls(linear, inputs, **kwargs)
 
     def config(self, adc_bits: int | None = None) -> CrossbarConfig:
         """The crossbar the controls describe (``adc_bits`` overrides the slider, for the curve)."""
         noise = self.noise_percent.value
         if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 100:
             raise LabkitError(f"read noise % must be between 0 and 100 (got {noise!r})")
-        size = require_positive("array rows=cols", self.array_size.value)
+        size = self.array_size.value
+        if isinstance(size, bool) or not isinstance(size, int) or not MIN_ARRAY <= size <= MAX_ARRAY:
+            raise LabkitError(f"array rows=cols must be an integer from {MIN_ARRAY} to {MAX_ARRAY} "
+                              f"(got {size!r}); ISAAC's arrays are 128 x 128, PRIME's 256 x 256")
         return CrossbarConfig(rows=size, cols=size, weight_bits=self.weight_bits.value,
                               adc_bits=self.adc_bits.value if adc_bits is None else adc_bits,
-                              noise=noise / 100, seed=self.seed)  # fmt: skip
+                              noise=noise / 100, seed=self.seed, reads=self.reads.value)  # fmt: skip
 
     def compute(self) -> tuple[str, list[Figure]]:
         self.error = self.energy = None
         cfg = self.config()
         error = relative_error(self.layer, self.inputs, cfg)
         curve = [relative_error(self.layer, self.inputs, self.config(b)) for b in CURVE_BITS]
-        e = mvm_energy(self.layer.in_features, self.layer.out_features, cfg.adc_bits, cfg.rows, cfg.cols)
+        e = mvm_energy(self.layer.in_features, self.layer.out_features, cfg.adc_bits, cfg.rows, cfg.cols,
+                       input_cycles=cfg.reads)
         self.error, self.energy = error, e
-        text = (f"<b>output error {100 * error:.2f}%</b> of the digital layer's output (digital: 0%), "
+        text = (f"<b>output error {100 * error:.2f}%</b> of the digital layer's output (digital: 0%; measured), "
+                f"{cfg.reads} read{'s' if cfg.reads > 1 else ''} averaged, "
                 f"{-(-self.layer.in_features // cfg.rows) * -(-self.layer.out_features // cfg.cols)} arrays; "
                 f"one product costs {e.crossbar_j * 1e9:.2f} nJ on crossbars against "
                 f"{e.digital_j('dram') * 1e9:,.0f} nJ "
@@ -87,7 +105,7 @@ class CrossbarPanel(Panel):
         left.set_xlabel("ADC bits")
         left.set_ylabel("relative output error")
         left.set_title(f"{cfg.rows}x{cfg.cols} arrays, {cfg.weight_bits}-bit weights, "
-                       f"{100 * cfg.noise:g}% noise (measured)", fontsize=9)
+                       f"{100 * cfg.noise:g}% noise, {cfg.reads} read(s) (measured)", fontsize=9)
         labels = ["crossbar", "digital\n(SRAM)", "digital\n(DRAM)"]
         right.bar(labels, [e.crossbar_j * 1e9, e.digital_j("sram") * 1e9, e.digital_j("dram") * 1e9],
                   color=["#C44E52", "#4C72B0", "#4C72B0"])

@@ -1,13 +1,15 @@
 """Processing in memory: energy of an analog matrix-vector product, and the headline PIM results beside the lab's model.
 
-Two questions, both answered from data (``datasets/pim.toml`` and Horowitz's energy table in
-``datasets/references.toml``) and formulas here:
+Two questions, both answered from data (``datasets/pim.toml`` and the 45 nm energy table of Han et
+al., NeurIPS 2015, Table 1, after Horowitz, ISSCC 2014, in ``datasets/references.toml``) and formulas here:
 
 * What does one matrix-vector product cost on a crossbar, against moving the weights to a digital
   unit? On the crossbar the weights never move: the cost is ADC conversions (Walden's figure of
   merit: energy per conversion doubles with every bit), device reads, and the digital shift-adds of
   partial sums. The digital unit reads every 32-bit weight (640 pJ from DRAM, 5 pJ from an 8 kB SRAM)
-  and multiplies and adds it (3.7 + 0.9 pJ in fp32), Horowitz, ISSCC 2014 (45 nm).
+  and multiplies and adds it (3.7 + 0.9 pJ in fp32), Han et al. 2015 (45 nm); or, as an int8
+  baseline, reads 8-bit weights (a quarter of those) and multiplies them into a 32-bit accumulator
+  (0.2 + 0.1 pJ, Horowitz's ISSCC 2014 table).
 * What does the lab's model say about each headline result? A memory-bound kernel's roofline time
   (Williams et al., CACM 2009, ``labkit.hardware.roofline_time``) with the PIM's internal bandwidth
   against the host's external one, or the crossbar energy model against a digital baseline.
@@ -27,6 +29,7 @@ from labkit.references import section
 
 PIM_FILE = Path(__file__).resolve().parent.parent.parent / "datasets" / "pim.toml"
 BASELINES = ("dram", "sram")
+PRECISIONS = ("fp32", "int8")
 KERNELS = {  # name -> (FLOPs or ops per element, bytes per element, dtype); a GEMV's element is one weight
     "gemv-fp16": (2.0, 2.0, "fp16"),
     "vector-add-int32": (1.0, 12.0, "int32"),
@@ -53,19 +56,25 @@ class MvmEnergy:
     dram_j: float
     sram_j: float
     mac_j: float
+    int8_mac_j: float = 0.0  # int8 multiply + int32 add per weight
+
+    def _reads_j(self, baseline: str, precision: str) -> float:
+        require_choice("precision", precision, PRECISIONS)
+        j = self.dram_j if baseline == "dram" else self.sram_j
+        return j * (8 / 32 if precision == "int8" else 1.0)
 
     @property
     def crossbar_j(self) -> float:
         return self.adc_j + self.array_j + self.periphery_j
 
-    def digital_j(self, baseline: str = "dram") -> float:
-        """Weights read from ``baseline`` (dram or sram), then multiplied and added."""
+    def digital_j(self, baseline: str = "dram", precision: str = "fp32") -> float:
+        """Weights read from ``baseline`` (dram or sram), then multiplied and added in ``precision``."""
         require_choice("baseline", baseline, BASELINES)
-        return (self.dram_j if baseline == "dram" else self.sram_j) + self.mac_j
+        return self._reads_j(baseline, precision) + (self.mac_j if precision == "fp32" else self.int8_mac_j)
 
-    def ratio(self, baseline: str = "dram") -> float:
+    def ratio(self, baseline: str = "dram", precision: str = "fp32") -> float:
         """How many times less energy the crossbar spends than the digital path."""
-        return self.digital_j(baseline) / self.crossbar_j
+        return self.digital_j(baseline, precision) / self.crossbar_j
 
     def rows(self) -> list[tuple[str, str, float]]:
         """(path, part, nJ) rounded for printing."""
@@ -75,7 +84,12 @@ class MvmEnergy:
                  ("digital, weights from SRAM", "weight reads", self.sram_j),
                  ("digital", "fp32 multiply-adds", self.mac_j),
                  ("digital, weights from DRAM", "total", self.digital_j("dram")),
-                 ("digital, weights from SRAM", "total", self.digital_j("sram"))]  # fmt: skip
+                 ("digital, weights from SRAM", "total", self.digital_j("sram")),
+                 ("int8 digital, weights from DRAM", "weight reads", self._reads_j("dram", "int8")),
+                 ("int8 digital, weights from SRAM", "weight reads", self._reads_j("sram", "int8")),
+                 ("int8 digital", "int8 multiply, int32 add", self.int8_mac_j),
+                 ("int8 digital, weights from DRAM", "total", self.digital_j("dram", "int8")),
+                 ("int8 digital, weights from SRAM", "total", self.digital_j("sram", "int8"))]  # fmt: skip
         return [(path, part, round(j * 1e9, 4)) for path, part, j in parts]
 
 
@@ -99,7 +113,7 @@ def mvm_energy(in_features: int, out_features: int, adc_bits: int = 8, rows: int
     for name, v in (("in_features", in_features), ("out_features", out_features), ("rows", rows),
                     ("cols", cols), ("input_cycles", input_cycles), ("cells_per_weight", cells_per_weight)):
         require_positive(name, v)
-    pj, ce = section("energy_pj"), load_pim()["crossbar_energy"]
+    pj, ce, i8 = section("energy_pj"), load_pim()["crossbar_energy"], load_pim()["digital_int8"]
     row_tiles = -(-in_features // rows)
     conversions = row_tiles * out_features * input_cycles * cells_per_weight
     devices = 2 * in_features * out_features * cells_per_weight  # a differential pair per weight slice
@@ -112,6 +126,7 @@ def mvm_energy(in_features: int, out_features: int, adc_bits: int = 8, rows: int
         dram_j=weights * pj["dram_read_32bit"] * 1e-12,
         sram_j=weights * pj["sram_read_32bit_8kb"] * 1e-12,
         mac_j=weights * (pj["fp32_multiply"] + pj["fp32_add"]) * 1e-12,
+        int8_mac_j=weights * (i8["int8_multiply_pj"] + i8["int32_add_pj"]) * 1e-12,
     )  # fmt: skip
 
 
