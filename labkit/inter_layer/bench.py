@@ -2,8 +2,8 @@
 
 * start-up of a local process group (the fixed cost of every distributed cell);
 * the largest measured-vs-predicted error of ZeRO's bytes and traffic (target: 0);
-* the measured pipeline bubble beside (p-1)/(m+p-1), on a model large enough that
-  compute, not messaging, dominates a stage.
+* the pipeline bubble measured, replayed from the measured durations and by formula
+  (``bubble``), on a model large enough that compute, not messaging, dominates a stage.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import time
 
 from labkit import dist
-from labkit.inter_layer import pipeline, zero
-from labkit.inter_layer.report import bubble_table, worst_zero_error
-
-BUBBLE_MODEL = {"n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 64, "dropout": 0.0}
+from labkit.inter_layer import bubble, zero
+from labkit.inter_layer.report import bubble_results_table, worst_zero_error
 
 
 def main(quick: bool = False) -> None:
@@ -27,8 +25,5 @@ def main(quick: bool = False) -> None:
     results = zero.run_strategies(world_size=2, steps=3)
     print(f"  ZeRO bytes and traffic, 4 strategies on 2 ranks ({time.perf_counter() - t0:.1f} s): "
           f"largest error {worst_zero_error(results):,.0f} (target: 0)")
-    configs = [pipeline.PipelineConfig(kind, m, steps=2, model=BUBBLE_MODEL, batch_size=32)
-               for kind, m in (("gpipe", 1), ("gpipe", 8), ("1f1b", 8))][: 2 if quick else 3]
-    runs = pipeline.run_pipelines(2, configs)
-    print("  " + bubble_table({f"{c.kind} p=2 m={c.m}": r for c, r in zip(configs, runs, strict=True)})
-          .replace("\n", "\n  "))
+    results = bubble.measure(2, bubble.CASES[: 2 if quick else len(bubble.CASES)], repeats=1 if quick else 3)
+    print("  " + bubble_results_table(results).replace("\n", "\n  "))

@@ -46,13 +46,6 @@ def pipeline_table(runs: dict[str, PipelineRun]) -> str:
     return text_table(["schedule", "peak held, per rank (measured)", "predicted by the schedule"], rows)
 
 
-def bubble_table(runs: dict[str, PipelineRun]) -> str:
-    """Measured bubble and step time beside (p-1)/(v*m+p-1); wall-clock, so never asserted."""
-    rows = [[label, f"{100 * run.bubble:.0f}%", f"{100 * run.predicted_bubble:.0f}%",
-             f"{1e3 * run.step_seconds:.0f} ms"] for label, run in runs.items()]
-    return text_table(["schedule", "bubble (measured)", "(p-1)/(v*m+p-1)", "step (measured)"], rows)
-
-
 def pipedream_table(modes: dict[str, list[StageReport]]) -> str:
     """Weight versions held per stage and their bytes, for each stashing mode (measured)."""
     rows = []

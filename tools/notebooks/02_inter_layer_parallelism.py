@@ -18,18 +18,18 @@
 # Below, every strategy runs **for real** on this CPU with `torch.distributed` (gloo,
 # 2 to 4 local processes on 127.0.0.1); the bytes each rank holds and sends are
 # **measured** and put beside the formulas (**predicted** by `labkit`). The picture:
-# ZeRO's own example, 7.5B parameters on 64 GPUs (predicted).
+# ZeRO's own example, 7.5 bn parameters on 64 GPUs (predicted).
 
 # %%
 from labkit import checks, dist, hardware, plots, sim, tables
 from labkit.estimate import TrainingSetup, model_state_bytes
-from labkit.inter_layer import pipedream, pipeline, report, scale, zero
+from labkit.inter_layer import bubble, pipedream, pipedream_runs, pipeline, report, scale, zero
 from labkit.inter_layer.panel import PipelinePanel
 from labkit.shapes import model_shape
 
 stages = {f"stage {z}" if z else "data parallel": model_state_bytes(7_500_000_000, "bf16-mixed", z, 64)
           for z in range(4)}
-plots.memory_bars(stages, title="7.5B parameters, 64 GPUs: model states per GPU (predicted)")
+plots.memory_bars(stages, title="7.5 bn parameters, 64 GPUs: model states per GPU (predicted)")
 
 # %% [markdown]
 # ## 1 · Predict
@@ -56,8 +56,9 @@ predicted_extra_traffic = None  # a factor, e.g. 2.0
 #   labkit: FSDP2 shards parameters at rest, so it is not stage 2);
 # * `zero3`: FSDP2 `fully_shard` on every block and the root (parameters too).
 #
-# After the last step each rank counts, storage by storage, the bytes it keeps, and
-# every collective of a step is counted as it is issued (elements per call).
+# After the last step each rank counts, storage by storage, the bytes it keeps (B), and
+# every collective of a step is counted as it is issued (elements per call; an element
+# here is one fp32 value, 4 B). The `unit` column says which is which.
 
 # %%
 results = zero.run_strategies(world_size=2, steps=5)
@@ -137,7 +138,7 @@ print(checks.reveal_number(predicted_1f1b_peak, runs["1F1B p=4 m=8"].peak_microb
 # GPipe keeps every micro-batch's activations until its backward: m of them. 1F1B
 # starts backwards as soon as the last stage can, so rank r holds p - r (Narayanan et
 # al., SC 2021). Interleaving (v chunks per rank) shrinks the bubble and holds a little
-# more: here 2.5 micro-batches at rank 0 instead of 2. The schedules are the same
+# more: compare its row with 1F1B's at the same p and m. The schedules are the same
 # programs: the order each rank ran its actions equals the order `labkit.sim` predicts.
 
 # %%
@@ -150,23 +151,72 @@ assert all(abs(a - b) < 1e-5 * abs(b) for run in runs.values() for a, b in zip(r
 print("every pipeline's losses equal one process's within 1e-5 (relative)")
 
 # %% [markdown]
-# The measured timeline of the last step (wall-clock on a shared 2-core CPU: the
-# numbers differ on every run, so they are not checked) beside the schedule `labkit.sim`
-# predicts for equal stages:
-
-# %% tags=["nbval-ignore-output"]
-print(report.bubble_table(runs))
-measured_run = runs["1F1B p=4 m=8"]
-plots.gantt(measured_run.timeline, title="1F1B, p=4, m=8 (measured)", time_unit="ms")
+# ### The bubble: formula, simulation and measurement
+#
+# The formula (p-1)/(v·m+p-1) assumes equal stages and free messages. `labkit.sim`
+# replays a schedule action by action; with equal stages (backward = 2 × forward) it
+# gives (deterministic, not timed):
 
 # %%
-plots.gantt(sim.simulate_pipeline("1f1b", 4, 8, 1.0, 2.0), title="1F1B, p=4, m=8 (simulated, backward = 2 x forward)")
+cases = [(kind, 2, m, v) for kind, m, v in bubble.CASES]
+print(report.bubble_formula_table(cases))
 
 # %% [markdown]
-# The measured bubble falls as m grows, as (p-1)/(m+p-1) says, but stays above it here:
-# four processes share two cores and each message costs Python and gloo overhead that
-# a GPU pipeline hides. On GPUs the formula is a good guide; the simulator adds link
-# time when you give it one (section 6).
+# With equal stages the simulated schedules have exactly the formula's bubble.
+#
+# Timing the runs above would say little: a stage of the tiny GPT computes for about a
+# millisecond, about what one message and Python's bookkeeping cost. So a wider GPT
+# (`bubble.MODEL`, below) trains on **2 ranks**, one per core of this machine (4 ranks
+# would share 2 cores and could never run at once), with stages that compute for tens
+# of milliseconds. Each schedule runs 4 steps in one process group; the first warms up,
+# the other 3 are repeats. Three figures per schedule, median and (min-max) over the
+# repeats:
+#
+# * **formula**: (p-1)/(v·m+p-1);
+# * **replayed**: the schedule replayed by `labkit.sim.replay_schedule` with each
+#   action's *measured* duration: this run's compute, uneven stages included, with no
+#   messages and no gaps;
+# * **measured**: 1 - busy/(p · span) of the real step.
+#
+# Wall-clock on a shared CPU: these figures change on every run, so nbval does not
+# check them.
+
+# %% tags=["nbval-ignore-output"]
+print("model:", bubble.MODEL, "batch", bubble.BATCH)
+bubbles = bubble.measure(p=2, repeats=3)
+print(report.bubble_results_table(bubbles))
+
+# %% [markdown]
+# How to read it. The formula assumes equal stages and free messages. The replayed
+# column is the schedule's own bubble with the compute this CPU really did: the stages
+# are not equal (the first also embeds, the last also computes the loss, and another
+# process on the machine can slow any action), so it differs from the formula by as much
+# as they differ, in either direction. The measured bubble can never be below the
+# replayed one: every action of the real run started no earlier than the replay lets
+# it, with the same durations in the same order. The gap between the two is time no
+# stage computed: messages, Python and gloo between actions, and the other processes
+# on these 2 cores. It changes from run to run (the ranges show by how much), and on a
+# busy machine it can hide the formula's trend altogether: compare the formula with the
+# replayed column, not with the measured one. The inequality holds in every repeat of
+# every schedule:
+
+# %%
+print("measured >= replayed in every repeat of every schedule:",
+      all(m >= r - 1e-9 for b in bubbles for m, r in zip(b.measured, b.replayed, strict=True)))
+
+# %% [markdown]
+# The last repeat of 1F1B with p = 2, m = 8, as it ran and as replayed from its own
+# durations (milliseconds of wall-clock on this CPU; not checked):
+
+# %% tags=["nbval-ignore-output"]
+shown = next(b for b in bubbles if b.kind == "1f1b")
+plots.gantt(shown.timelines[0], title=f"{shown.label} (measured)", time_unit="ms")
+plots.gantt(shown.timelines[1], title=f"{shown.label} (replayed from the measured durations)", time_unit="ms")
+
+# %% [markdown]
+# On GPUs, where a stage computes for milliseconds to seconds and the messages travel
+# over NVLink or InfiniBand, the formula is the usual guide; the simulator adds link time
+# when you give it one (section 6).
 #
 # ## 5 · PipeDream: asynchronous 1F1B and weight stashing
 #
@@ -181,7 +231,8 @@ plots.gantt(sim.simulate_pipeline("1f1b", 4, 8, 1.0, 2.0), title="1F1B, p=4, m=8
 predicted_versions_stage0 = None
 
 # %%
-modes = pipedream.compare_stash_modes(4, 24)
+grid = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3, 3e-2))
+modes = {m: grid[3e-3, m] for m in pipedream.STASH_MODES}
 print(report.pipedream_table(modes))
 print(checks.reveal_number(predicted_versions_stage0, modes["pipedream"][0].max_versions,
                            "Versions at stage 0 (measured)", "", 1.0))
@@ -190,18 +241,52 @@ drift = [sum(f != b for f, b in zip(s.forward_checksums, s.backward_checksums, s
 print("pipedream: backward used the forward's weights at every stage:", all(same))
 print("no stashing: mini-batches whose backward saw other weights, per stage:", drift)
 
-# %%
-sync = pipedream.synchronous_1f1b_losses(24)
-plots.loss_curve({"synchronous 1F1B": sync} | {f"async, {m}": s[-1].losses for m, s in modes.items()},
-                 title="Loss per mini-batch (measured)")
+# %% [markdown]
+# Does stashing matter? The loss per mini-batch of the three asynchronous modes beside
+# synchronous training on the same data (one update per mini-batch, no staleness), at
+# the default learning rate of 3e-3:
 
+# %%
+sync = pipedream_runs.synchronous_1f1b_losses(24)
+curves = {"synchronous 1F1B": sync} | {f"async, {m}": s[-1].losses for m, s in modes.items()}
+for label, losses in curves.items():
+    print(f"{label:18} mean loss of the last 8 mini-batches: {pipedream_runs.mean_loss(losses, 8):.3f}")
+plots.loss_curve(curves, title="Loss per mini-batch, lr 3e-3 (measured)")
+
+# %% [markdown]
+# What to see: every asynchronous curve ends above the synchronous one: each stage
+# computes with weights up to p - 1 updates old (staleness), the price PipeDream pays
+# for never flushing the pipeline. But the curve does **not** show the harm of skipping
+# the stash: over 24 mini-batches of this tiny model, "none" ends no worse than the
+# stashing modes. A loss curve is too coarse to see it. The gradient is not: the
+# backward of each mini-batch was replayed in isolation with the weights its forward
+# used (the true gradient, given the same incoming gradient), and the gradient each
+# stage applied is compared with it (relative error ‖g − g_true‖ / ‖g_true‖, measured,
+# at two learning rates):
+
+# %%
+print(report.gradient_error_table({k: v for k, v in grid.items() if k[1] != "2bw"}))
+assert all(max(s.grad_error) == 0.0 for (lr, mode), stages in grid.items() if mode != "none" for s in stages)
+assert all(max(s.grad_error) > 0.0 for (lr, mode), stages in grid.items() if mode == "none" for s in stages[:-1])
+print("with a stash (pipedream, 2bw) every gradient equals the true one bit for bit; without, every stage but the"
+      " last applies a wrong one")
+
+# %% [markdown]
+# Without stashing, the first stage (whose mini-batches wait longest between forward and
+# backward) applies gradients far from the true ones; the error shrinks down the
+# pipeline and is zero on the last stage, where each backward follows its forward at
+# once. It grows with the learning rate, because the weights move further between a
+# forward and its backward. PipeDream's weight stashing removes it entirely, at the
+# memory cost in the versions table above; 2BW keeps two versions instead of p.
+#
 # %% [markdown]
 # ## 6 · Scale: GPT-3 175B on 1,024 A100s
 #
 # The same formulas and the same simulator, on a real model and cluster (predicted):
 # tensor parallel 8 inside a node, pipeline p = 16 across nodes over InfiniBand HDR,
 # data parallel 8 with ZeRO stage 1. Stage times come from the forward FLOPs at half
-# the A100's peak.
+# the A100's peak. Memory is in GiB (2^30 B), and "fits" compares it with the GPU's true
+# capacity: an A100 sold as "80 GB" holds 80 GiB (85.9e9 B).
 
 # %%
 gpt3, a100, ib = model_shape("gpt3-175b"), hardware.gpu("A100-80GB"), hardware.link("ib-hdr")
@@ -214,9 +299,10 @@ layouts = {
 }
 plans = {k: scale.plan(v, a100, ib, ib) for k, v in layouts.items()}
 print(tables.text_table(
-    ["layout (predicted)", "bubble sim.", "formula", "step s", "GB per GPU", f"fits {a100.memory_bytes / 1e9:.0f} GB"],
+    ["layout (predicted)", "bubble sim.", "formula", "step s", "GiB per GPU",
+     f"fits {a100.memory_bytes / 2**30:.0f} GiB"],
     [[k, f"{100 * p.bubble_simulated:.1f}%", f"{100 * p.bubble_formula:.1f}%", f"{p.step_seconds:.2f}",
-      f"{p.memory_per_gpu / 1e9:.1f}", "yes" if p.fits else "no"] for k, p in plans.items()]))
+      f"{p.memory_per_gpu / 2**30:.1f}", "yes" if p.fits else "no"] for k, p in plans.items()]))
 
 # %% [markdown]
 # A step of m = 128 takes longer than one of m = 32 because it trains on four times the
@@ -227,7 +313,8 @@ print(tables.text_table(
 # ## 7 · Break it
 #
 # **GPipe runs out of memory** at scale (above): keeping 32 micro-batches of
-# activations per stage is far more than 80 GB, while 1F1B with the same bubble fits.
+# activations per stage is far more than an A100's 80 GiB, while 1F1B with the same
+# bubble fits.
 # And a distributed job breaks in a way one process never does: one rank fails and the
 # others wait for it forever. labkit's launcher reports which rank failed and why, and
 # kills a rank that hangs after a timeout, leaving no process behind (real runs):
