@@ -12,6 +12,7 @@ keeping the a*s^2 probabilities (Dao et al., "FlashAttention", NeurIPS 2022, Alg
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -50,8 +51,11 @@ def measure_flops(trainer, step: int = 0) -> StepFlops:
     """FLOPs of the forward and backward pass on batch ``step`` (no optimizer step), fused attention counted."""
     register_cpu_flash_formulas()
     batch = trainer.data(step)
-    with FlopCounterMode(display=False) as fwd, trainer.forward_context():
-        loss = trainer.compute_loss(batch)
+    from labkit.train import loss_of
+
+    context = getattr(trainer, "forward_context", None)
+    with FlopCounterMode(display=False) as fwd, (context() if context else nullcontext()):
+        loss = loss_of(trainer, batch)
     with FlopCounterMode(display=False) as bwd:
         loss.backward()
     trainer.optimizer.zero_grad(set_to_none=True)

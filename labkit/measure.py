@@ -44,7 +44,7 @@ from labkit.saved import (
     optimizer_bytes,
     unique_bytes,
 )
-from labkit.train import Batch, LossFn, Trainer, batch_tensors
+from labkit.train import Batch, LossFn, Trainer, batch_tensors, blocks_of, loss_of
 
 __all__ = [
     "CATEGORIES", "PHASES", "SHARED", "LiveBytes", "ModuleHooks", "SavedTensor", "SavedTensorRecorder",
@@ -65,10 +65,9 @@ def measure_step(trainer: Trainer, step: int | None = None) -> StepMemory:
     model, opt = trainer.model, trainer.optimizer
     model.train()
     batch = trainer.data(i)
-    blocks = getattr(trainer, "blocks", "h")
-    with SavedTensorRecorder(model, exclude=tuple(batch_tensors(batch)), blocks=blocks) as rec, \
+    with SavedTensorRecorder(model, exclude=tuple(batch_tensors(batch)), blocks=blocks_of(trainer)) as rec, \
             trainer.forward_context():
-        loss = trainer.compute_loss(batch)
+        loss = loss_of(trainer, batch)
     trainer.backward(loss)
     grads = unique_bytes(p.grad for p in model.parameters())
     opt.step()

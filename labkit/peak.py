@@ -174,8 +174,10 @@ def _phased_step(trainer, i: int, tracker) -> None:
     """``trainer.step(i)`` in three phases, naming each for ``tracker`` (a LiveBytes or a CUDA recorder)."""
     tracker.phase = "forward"
     batch = trainer.data(i)
+    from labkit.train import loss_of
+
     with trainer.forward_context():
-        loss = trainer.compute_loss(batch)
+        loss = loss_of(trainer, batch)
     tracker.phase = "backward"
     trainer.backward(loss)
     del loss

@@ -124,6 +124,18 @@ def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return loss
 
 
+def loss_of(trainer, batch: Batch) -> torch.Tensor:
+    """A trainer's loss on ``batch``: its ``compute_loss``, or ``model(x, y)[1]`` (a trainer-like object)."""
+    compute = getattr(trainer, "compute_loss", None)
+    return compute(batch) if compute is not None else trainer.model(*batch)[1]
+
+
+def blocks_of(trainer) -> str:
+    """The qualified name of a trainer's list of layers ("h" for the tiny GPT and trainer-like objects)."""
+    blocks = getattr(trainer, "blocks", "h")
+    return blocks if isinstance(blocks, str) else "h"
+
+
 class Trainer:
     """A model, its optimizer and its data; ``step(i)`` trains on batch ``i``.
 
