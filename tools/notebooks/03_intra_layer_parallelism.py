@@ -86,10 +86,11 @@ print("every rank's logits and gradients equal one process's within 1e-5 (absolu
 # `labkit.intra_layer.multidim`): SUMMA broadcasts and reduces along the rows and columns
 # of a q×q grid; 2.5D stacks d such grids and splits the batch over them; 3D splits over
 # a q×q×q cube with all-gathers and reduce-scatters. **Predict:** on 8 devices, which of
-# 1D, 2.5D (d=2, q=2) and 3D keeps the fewest activation bytes per device?
+# 1D, 2.5D (d=2, q=2) and 3D keeps the fewest activation bytes per device? Answer yes or
+# no for each mode: if two tie for the fewest, say yes to both.
 
 # %%
-predicted_least_activations = None  # "1d", "2.5d" or "3d"
+predicted_keeps_fewest = {"1d": None, "2.5d": None, "3d": None}  # "yes" or "no" for each
 
 # %% [markdown]
 # One MLP block (Linear h→4h, GeLU, Linear 4h→h), forward and backward, on 4 and on 8
@@ -105,9 +106,11 @@ assert all(err < 1e-5 for ranks in runs4 + runs8 for err in multidim.max_error(r
 print("every mode's Y, dX, dW and db equal the unsplit computation within 1e-5 (absolute)")
 block = runs8[0][0]
 one_device = costs.single_device(block["block"], block["batch"], block["hidden"], block["ffn"]).activation_bytes
-print(f"you said {predicted_least_activations}; activation bytes per device on 8 devices (measured):",
+print("activation bytes per device on 8 devices (measured):",
       ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,} B" for r in runs8),
       f"of the block's {one_device:,} B on one device (predicted)")
+fewest = min(r[0]["activation_bytes"] for r in runs8)
+checks.reveal_claims(predicted_keeps_fewest, {r[0]["mode"]: r[0]["activation_bytes"] == fewest for r in runs8})
 
 # %% [markdown]
 # All byte columns above are bytes (B) per device for the whole MLP block, fp32. 2.5D
@@ -187,9 +190,18 @@ for bad in (lambda: costs.check("2d", 8, 64, 64, 256), lambda: costs.check("3d",
 # the link between servers (predicted; NVLink reaches 8 GPUs, larger groups cross the
 # link between servers). Find the mode with the least communication on 16 devices;
 # then the one with the least memory. Are they the same?
+#
+# **Design task (checked):** keep one GPT-3 175B MLP block (h = 12,288, 2,048 tokens,
+# 16-bit) on A100 servers (`nvlink3` inside a server of 8 GPUs, `ib-hdr` between) in at
+# most 375 MB per GPU, with under 5 ms of communication for its forward and backward.
+# Two results of this notebook decide it: what each mode keeps whole on every device
+# (section 4) and what happens to a group larger than 8 GPUs (section 5). Press **Check
+# my design**: it says whether the goal is met, and if not, what is still missing.
 
 # %% tags=["nbval-ignore-output"]
-TensorParallelPanel(mode="2d", devices=16, hidden=12288, batch=2048, link="nvlink3")
+from labkit.practice import design  # noqa: E402
+
+TensorParallelPanel(mode="2d", devices=16, hidden=12288, batch=2048, link="nvlink3").set_task(design.task("03"))
 
 # %% [markdown]
 # ## 8 · Check yourself
@@ -202,3 +214,40 @@ checks.check("03.act_share_2d", None)
 
 # %%
 checks.check("03.gpt3_tp8_sp_gb", None)
+
+# %% [markdown]
+# **Reasoning across results.** The next answer is in no single table: put together the
+# opening figure (one GPT-3 175B layer's activations at t = 1, 2 and 8, and at t = 8 with
+# sequence parallelism) and what section 3 showed sequence parallelism splits (the terms
+# 1D alone keeps whole on every rank). Answer with a tensor-parallel degree.
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("03.reason.tp_for_half_gb", None)
+
+# %% [markdown]
+# **Coding exercise.** Split an MLP the way Megatron does. Write `mlp_shards(w1, w2, rank, t)`
+# for the block y = GeLU(x w1ᵀ) w2ᵀ in `nn.Linear` layout (`w1` is [4h, h], `w2` is
+# [h, 4h]): return rank `rank`'s part of `w1` and of `w2`, each 1/t of the whole, such
+# that the t ranks' partial outputs GeLU(x w1_rᵀ) w2_rᵀ add up to y. The check runs your
+# split on real tensors for t = 2, 4 and 8: it computes every rank's partial output,
+# adds them up (the sum is what the all-reduce after the row-parallel linear returns on
+# every rank; here the ranks run one after another in one process), and compares the
+# sum with the unsplit MLP.
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def mlp_shards(w1, w2, rank, t):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("03.code.mlp_shards", mlp_shards)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-03.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
