@@ -20,7 +20,7 @@ from labkit.economics.run import RunCost, compare
 from labkit.economics.strategies import BATCH_TOKENS, STRATEGIES
 from labkit.errors import LabkitError, require_choice
 from labkit.shapes import model_names, model_shape
-from labkit.widgets import Panel, fit_html
+from labkit.widgets import DesignTask, Panel, fit_html
 
 CUSTOM = "custom"
 _BARS = (("days", "days", 1.0), ("cloud_usd", "rented, k$", 1e-3), ("facility_kwh", "facility, MWh", 1e-3),
@@ -124,3 +124,18 @@ class EconomicsPanel(Panel):
         fig.tight_layout()
         plt.close(fig)
         return fig
+
+
+def _ssd_no_more_carbon(panel: EconomicsPanel) -> tuple[bool, str]:
+    if panel.runs is None:
+        return False, "the panel has no valid result: fix the input it names"
+    ssd, hbm = panel.runs["ssd-offload"].kg_co2, panel.runs["hbm"].kg_co2
+    if ssd <= hbm:
+        return True, f"SSD offload emits {ssd / hbm:.3f}x the carbon of all in HBM"
+    return False, (f"SSD offload still emits {ssd / hbm:.3f}x the carbon of all in HBM: look for a model that "
+                   "needs many GPUs over several servers to fit in HBM, and a small batch")
+
+
+def design_task() -> DesignTask:
+    """Notebook 07's task: a setting where SSD offload emits no more carbon than all in HBM."""
+    return DesignTask("Find a setting where SSD offload emits no more carbon than all in HBM.", _ssd_no_more_carbon)

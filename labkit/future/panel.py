@@ -24,7 +24,7 @@ from labkit.future.crossbar import CrossbarConfig, relative_error
 from labkit.future.crossbar_study import layer_inputs
 from labkit.future.pim import mvm_energy
 from labkit.train import Trainer
-from labkit.widgets import Panel
+from labkit.widgets import DesignTask, Panel
 
 CURVE_BITS = tuple(range(2, 13, 2))
 MIN_ARRAY, MAX_ARRAY = 16, 1024  # rows (= columns) of one crossbar array the panel allows
@@ -115,3 +115,20 @@ class CrossbarPanel(Panel):
         fig.tight_layout()
         plt.close(fig)
         return fig
+
+
+def _under_one_percent(panel: CrossbarPanel) -> tuple[bool, str]:
+    if panel.error is None:
+        return False, "the panel has no valid result: fix the input it names"
+    if panel.noise_percent.value != 2.0:
+        return False, f"the task is at 2% read noise (the panel is at {panel.noise_percent.value:g}%)"
+    if panel.error >= 0.01:
+        return False, f"output error {100 * panel.error:.2f}%, not yet under 1%"
+    return True, (f"output error {100 * panel.error:.2f}% at {panel.energy.crossbar_j * 1e9:.2f} nJ per product; "
+                  "now look for a setting that spends less")
+
+
+def design_task() -> DesignTask:
+    """Notebook 08's task: under 1% output error at 2% read noise on the trained layer."""
+    return DesignTask("Keep the trained layer's output error under 1% at 2% read noise, at the least energy "
+                      "per product.", _under_one_percent)

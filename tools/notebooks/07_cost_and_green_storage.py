@@ -7,8 +7,9 @@
 # earlier notebooks chose where data lives by *whether it fits* and *how fast* it runs. This
 # one adds dollars, kilowatt-hours, kilograms of CO2 and SSD lifetimes.
 #
-# Every price, power and energy figure comes from `datasets/hardware.toml` and
-# `datasets/grid.toml`, each with its source and date. **These figures change** (GPU prices
+# Every price, power, energy and carbon figure comes from `datasets/hardware.toml` and
+# `datasets/grid.toml` (the published run of section 8 from `datasets/published_runs.toml`),
+# each with its source and date. **These figures change** (GPU prices
 # by 2x within a year, grids year by year): read the results as orders of magnitude, and
 # edit the data files to redo them with today's numbers. The bytes moved come from real
 # micro-runs; everything at scale is labkit's model (predicted). Units: GB = 1e9 bytes,
@@ -296,7 +297,9 @@ for b in published.beside(pue=1.0, g_co2_per_kwh=meta_grid):
 # that needs many GPUs spread over servers to fit in HBM, and a small batch.
 
 # %% tags=["nbval-ignore-output"]
-EconomicsPanel()
+from labkit.economics.panel import design_task
+
+EconomicsPanel().set_task(design_task())
 
 # %% [markdown]
 # ## 10 · Check yourself

@@ -79,7 +79,7 @@ print(text_table(["policy", "misses", "stall, us", "stall removed"],
 #
 # ## 2 · Near-data computing: run the optimizer where its states live
 #
-# Adam on 7 B parameters whose states (fp32 master weights and two moments, 12 bytes per
+# Adam on 7 bn parameters whose states (fp32 master weights and two moments, 12 bytes per
 # parameter) live in host DRAM. The standard path moves them to the GPU and back; the
 # near-data path sends the gradients to the states and the updated 16-bit weights back.
 # First the bytes, measured on a real Adam step of the tiny GPT beside the formula:
@@ -91,7 +91,7 @@ print(text_table(["quantity", "measured B", "formula B"], [[q, f"{m:,}", f"{f:,}
 assert all(m == f for _, m, f in measured.rows())  # measured == model, to the byte
 
 # %% [markdown]
-# **Predict:** is the near-data path faster for 7 B parameters on an H100 over PCIe 5?
+# **Predict:** is the near-data path faster for 7 bn parameters on an H100 over PCIe 5?
 
 # %%
 predicted_near_faster = None  # True or False
@@ -199,9 +199,9 @@ for v in pim.model_views():
 # costs conversions).
 
 # %% tags=["nbval-ignore-output"]
-from labkit.future.panel import CrossbarPanel
+from labkit.future.panel import CrossbarPanel, design_task
 
-CrossbarPanel.from_trainer(gpt, noise_percent=2.0, weight_bits=8)
+CrossbarPanel.from_trainer(gpt, noise_percent=2.0, weight_bits=8).set_task(design_task())
 
 # %% [markdown]
 # ## 7 · Check yourself
