@@ -32,6 +32,8 @@ def test_pipeline_task_names_the_bubble_the_batch_and_the_memory():
     assert "2,048 GPUs; the task allows at most 1,024" in panel.check_design()[1]
     panel.gpu.value = "H100-SXM"
     assert "GPU is the A100-80GB" in panel.check_design()[1]
+    panel.set_values(gpu="A100-80GB", link="nvlink3")  # a faster stage link would shrink the simulated bubble
+    assert "stage link is ib-hdr" in panel.check_design()[1]
 
 
 def test_pipeline_task_met_by_the_solution_found():

@@ -42,9 +42,10 @@ def _memory_panel() -> Panel:
 TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Panel]]] = {
     "01": ("Train Llama-2 7B at sequence 2048 on RTX 4090s (24 GiB each): find a setting that fits with at least "
            "2 GiB to spare on each card, using at most 8 cards.", _memory_check, _memory_panel),
-    "02": ("GPT-3 175B on at most 1,024 A100-80GB GPUs, with a global batch of at most 1,536 sequences (m x data "
-           "parallel, micro-batch 1: Megatron-LM's GPT-3 example): get the simulated bubble under 10% of the step "
-           "while the layout still fits in memory.", design_parallel.pipeline_check, design_parallel.pipeline_panel),
+    "02": ("GPT-3 175B on at most 1,024 A100-80GB GPUs, stages linked by ib-hdr, with a global batch of at most "
+           "1,536 sequences (m x data parallel, micro-batch 1: Megatron-LM's GPT-3 example): get the simulated "
+           "bubble under 10% of the step while the layout still fits in memory.", design_parallel.pipeline_check,
+           design_parallel.pipeline_panel),
     "03": ("One GPT-3 175B MLP block (h = 12288, 2048 tokens, 16-bit) on A100 servers (nvlink3 inside a server of 8, "
            "ib-hdr between): hold it in at most 375 MB per GPU with under 5 ms of communication (forward and "
            "backward).", design_parallel.tensor_check, design_parallel.tensor_panel),

@@ -8,7 +8,8 @@ says what to change. Both tasks need two results put together, not one control t
   Megatron-LM's 1,536 sequences (its GPT-3 175B example script), so more micro-batches
   per pipeline means fewer data-parallel replicas, and interleaving, which needs fewer
   micro-batches for the same bubble (Narayanan et al., SC 2021), holds more activations.
-  The bubble judged is the simulated one, which includes the sends between stages.
+  The bubble judged is the simulated one, which includes the sends between stages over
+  InfiniBand HDR (the stages of a 16-stage pipeline sit on different servers).
 * 03: one GPT-3 MLP block in at most 375 MB per GPU on A100 servers: 1D keeps the block's
   input whole on every rank, so it needs more than 8 GPUs, and more than 8 leave the NVLink
   domain; a mode that splits the input as well has to do it inside one server.
@@ -31,12 +32,13 @@ def _fixed(wants: dict[str, bool]) -> list[str]:
 
 
 def pipeline_check(panel: Panel) -> tuple[bool, str]:
-    """Task 02: GPT-3 175B on at most 1,024 A100-80GB, batch <= 1,536 sequences, fits, simulated bubble < 10%."""
+    """Task 02: GPT-3 175B on <= 1,024 A100-80GB over ib-hdr, batch <= 1,536 sequences, fits, simulated bubble < 10%."""
     p = panel.plan
     if p is None:
         return False, "the panel has no valid layout: fix the input it names"
     missing = _fixed({"model is gpt3-175b": panel.model.value == "gpt3-175b",
-                      "GPU is the A100-80GB": panel.gpu.value == "A100-80GB"})
+                      "GPU is the A100-80GB": panel.gpu.value == "A100-80GB",
+                      "stage link is ib-hdr (stages sit on different servers)": panel.link.value == "ib-hdr"})
     if missing:
         return False, "the task asks for: " + ", ".join(missing)
     s = p.setup
