@@ -256,7 +256,7 @@ print(text_table(["what", "tier", "GB", "USD for the run", "kg CO2e for the run"
 #
 # Meta reports each Llama 2 model's pretraining in GPU-hours on A100-80GB, a power per GPU and
 # tonnes of CO2e (Touvron et al. 2023, Table 2; `datasets/published_runs.toml`). labkit
-# predicts the same runs (2 T tokens, all in HBM on DGX A100s, MFU 0.4, PUE and world grid as
+# predicts the same runs (2 trillion tokens, all in HBM on DGX A100s, MFU 0.4, PUE and world grid as
 # above). The ratio of the tonnes splits exactly into three factors: GPU-hours (labkit's MFU
 # against the one Meta's hours imply), energy per GPU-hour (labkit's whole server times PUE
 # against Meta's power per GPU) and the grid (labkit's against the factor Meta's figures imply).
@@ -285,8 +285,8 @@ for b in published.beside(pue=1.0, g_co2_per_kwh=meta_grid):
 # so its energy per GPU-hour is higher. And Meta's tonnes imply one carbon factor for every
 # model, which differs from the world average used here. The last lines redo labkit's
 # prediction at PUE 1.0 and Meta's implied factor (the 7B model's): the grid factor goes to
-# about 1, and what stays is the MFU and the server around the GPUs (the hosts' CPUs, which
-# Meta's power per GPU leaves out, and GPUs that draw their TDP only while busy).
+# about 1, and what stays is the MFU and the hosts' CPUs (and links), which Meta's power per
+# GPU leaves out: with a batch this large no GPU waits, so each draws its TDP all run long.
 #
 # ## 9 · Design
 #
