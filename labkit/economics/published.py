@@ -107,7 +107,11 @@ class Beside:
                 "gCO2e per kWh": self.predicted.g_co2_per_kwh / p.implied_g_co2_per_kwh}
 
 
-def beside(region: str = "world", pue: float | str = "industry-average", **kwargs) -> list[Beside]:
-    """labkit's prediction of every published run it has a shape for (all in HBM, on the paper's GPU)."""
-    return [Beside(p, run.cost_run("hbm", p.model, p.tokens, p.gpu, region=region, pue=pue, **kwargs))
+def beside(region: str = "world", pue: float | str = "industry-average", gpus: int = 64, **kwargs) -> list[Beside]:
+    """labkit's prediction of every published run it has a shape for (all in HBM, on the paper's GPU).
+
+    The papers give no GPU count per model; ``gpus`` (full servers of 8) sets one. While no GPU
+    waits, GPU-hours do not depend on it; the hosts' share does (one host per 8 GPUs).
+    """
+    return [Beside(p, run.cost_run("hbm", p.model, p.tokens, p.gpu, region=region, pue=pue, gpus=gpus, **kwargs))
             for p in load_runs() if p.model]

@@ -256,10 +256,11 @@ print(text_table(["what", "tier", "GB", "USD for the run", "kg CO2e for the run"
 #
 # Meta reports each Llama 2 model's pretraining in GPU-hours on A100-80GB, a power per GPU and
 # tonnes of CO2e (Touvron et al. 2023, Table 2; `datasets/published_runs.toml`). labkit
-# predicts the same runs (2 trillion tokens, all in HBM on DGX A100s, MFU 0.4, PUE and world grid as
-# above). The ratio of the tonnes splits exactly into three factors: GPU-hours (labkit's MFU
-# against the one Meta's hours imply), energy per GPU-hour (labkit's whole server times PUE
-# against Meta's power per GPU) and the grid (labkit's against the factor Meta's figures imply).
+# predicts the same runs (2 trillion tokens, all in HBM on 64 A100s in eight DGX A100s, MFU
+# 0.4, PUE and world grid as above; the paper gives no GPU count per model). The ratio of the
+# tonnes splits exactly into three factors: GPU-hours (labkit's MFU against the one Meta's
+# hours imply), energy per GPU-hour (labkit's whole server times PUE against Meta's power per
+# GPU) and the grid (labkit's against the factor Meta's figures imply).
 
 # %%
 rows = []
