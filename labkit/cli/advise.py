@@ -33,7 +33,7 @@ def _shape(a: argparse.Namespace) -> ModelShape:
     from labkit.shapes import model_names
 
     custom = [f for f in ("layers", "hidden", "heads", "vocab", "ffn") if getattr(a, f)]
-    if a.model is None and a.params is None and not custom:
+    if a.model is None and a.params is None and not custom and not getattr(a, "hf_config", None):
         raise LabkitError(f"model must be given: --model ... (one of {', '.join(model_names())}) or the shape flags "
                           f"--layers --hidden --heads --vocab --seq")
     shape = shape_from_args(a)
