@@ -335,9 +335,20 @@ except (dist.WorkerError, dist.WorkerTimeout) as err:
 # Pick the schedule, p, m, v, the data-parallel degree, the ZeRO stage, the GPU and the
 # link between stages (predicted). Can you get GPT-3 175B under 10% bubble on A100-80GB
 # and still fit? What does interleaving cost in memory?
+#
+# **Design task (checked):** GPT-3 175B on at most 1,024 A100-80GB GPUs, the stages
+# linked by InfiniBand HDR (`ib-hdr`: a 16-stage pipeline spans servers), with a global
+# batch of at most 1,536 sequences (m × the data-parallel degree, micro-batch 1: the
+# batch of Megatron-LM's GPT-3 175B example). Get the bubble under 10% of the step while
+# the layout still fits in memory. The bubble judged is the simulated one, which adds the
+# sends between stages to the formula's (section 6), so solving the formula alone is not
+# enough; and the batch cap ties m to the data-parallel degree. Press **Check my
+# design**: it says whether the goal is met, and if not, what is still missing.
 
 # %% tags=["nbval-ignore-output"]
-PipelinePanel(pp=16, microbatches=32, dp=8, zero_stage=1)
+from labkit.practice import design  # noqa: E402
+
+PipelinePanel(pp=16, microbatches=32, dp=8, zero_stage=1).set_task(design.task("02"))
 
 # %% [markdown]
 # ## 9 · Check yourself
@@ -350,3 +361,39 @@ checks.check("02.zero3_gb", None)
 
 # %%
 checks.check("02.pipedream_versions", None)
+
+# %% [markdown]
+# **Reasoning across results.** Put together the bubble's share of the step (the formula
+# of section 4, which the simulation there matches exactly with equal stages) and the
+# target in the question, then solve for the count.
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("02.reason.microbatches_for_10pct", None)
+
+# %% [markdown]
+# **Coding exercise.** Write the 1F1B schedule yourself: `one_f_one_b(rank, p, m)` returns
+# the order in which rank `rank` of a p-stage pipeline runs its m micro-batches, as a
+# list of `("F", i)` (forward of micro-batch i) and `("B", i)` (its backward), for m ≥ p.
+# The check executes the orders of all ranks together in `labkit.sim`'s schedule replay
+# (the simulator of section 4, with backward = 2 × forward) for several p and m, and
+# passes when every micro-batch runs forward once and then backward once, no rank waits
+# forever, rank r never holds more than p - r micro-batches in flight (the memory bound
+# the runs of section 4 measured), and the bubble equals (p-1)/(m+p-1).
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def one_f_one_b(rank, p, m):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("02.code.one_f_one_b", one_f_one_b)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-02.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
