@@ -424,7 +424,70 @@ print(tables.text_table(["GPUs", *rates], [[n, *(f"{r[i]:.2f}" for r in rates.va
 plots.failures_per_day(counts, rates)
 
 # %% [markdown]
-# ## 8 · Check yourself
+# ## 8 · Your own model
+#
+# Everything above measured the lab's tiny GPT. The same measurement works on any PyTorch
+# model: `labkit.measure` finds its repeated layers itself (the largest `nn.ModuleList` of
+# identical blocks), runs one real training step and files every saved tensor under the
+# layer that saved it. Here is a model nobody in the lab wrote: a Llama-family model built by
+# Hugging Face `transformers` from a small configuration (random weights, nothing
+# downloaded), trained for one step on this CPU (**measured**), beside what labkit
+# **predicts** for it. The prediction says what it assumes about the implementation: the
+# attention kernel, the MLP's activation, the norm, whether the key/value cache is on, and
+# the dropout masks (module `labkit.activation_options`).
+
+# %%
+from labkit.hf_models import small_spec  # noqa: E402
+from labkit.own_model import compare_model  # noqa: E402
+
+spec = small_spec("llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=96)
+report = compare_model(spec, batch=2, seq=32, precision="bf16-mixed", attention="sdpa")
+print(report)
+
+# %% [markdown]
+# The model states follow ZeRO's 16 bytes per parameter, and the activations, layer by
+# layer, follow the estimate once it knows how this model is written: grouped-query
+# attention (2 key/value heads for 4 query heads), a SwiGLU MLP, and transformers' RMSNorm,
+# which works in fp32 even in a bf16 model. The whole-step peak is **measured** over the
+# forward pass, the backward pass and the optimizer step; its prediction leaves out
+# temporaries, so it is a lower bound.
+#
+# **Point the lab at a real model.** A transformers-style `config.json` is enough: labkit
+# reads it offline (GPT-2, Llama, Mistral and Qwen2 families) and gives the shape the
+# estimates of this notebook use. `datasets/hf_configs/` ships a few published ones, each
+# with its source; the parameter count below is **predicted** by labkit and **counted** by
+# transformers on the `meta` device (shapes only, no memory):
+
+# %%
+from labkit.estimate import TrainingSetup, estimate_memory  # noqa: E402
+from labkit.hf_config import from_config, shipped_configs  # noqa: E402
+from labkit.hf_models import build_model, count_parameters  # noqa: E402
+
+mistral = from_config(shipped_configs()["mistral-7b"])
+print(f"{mistral.shape.name}: labkit {mistral.shape.params:,} parameters, "
+      f"transformers {count_parameters(build_model(mistral, device='meta')):,}")
+print(f"source: {mistral.source}")
+setup = TrainingSetup(mistral.shape, micro_batch=1, seq=4096, precision="bf16-mixed", attention="fused")
+est = estimate_memory(setup)
+print(f"one GPU, micro-batch 1, 4,096 tokens, bf16-mixed, fused attention: "
+      f"{est.per_device_bytes['total'] / 1e9:,.1f} GB (predicted; GB = 1e9 B)")
+
+# %% [markdown]
+# From a terminal, the same with your own file (the path is where your model's `config.json`
+# lives; a shipped name such as `mistral-7b` works too):
+#
+# ```
+# labkit estimate --hf-config path/to/config.json --seq 4096 --gpu h100
+# labkit measure  --hf-config path/to/config.json --layers 2 --batch 2 --seq 64
+# ```
+#
+# `labkit measure` builds the model with random weights, keeps its widths but only
+# `--layers` of its layers if you ask (a 7-billion-parameter model does not fit a laptop's
+# memory for training), runs one real step on the CPU (or on a CUDA GPU when there is one)
+# and prints measured beside predicted, per category and per layer.
+
+# %% [markdown]
+# ## 9 · Check yourself
 #
 # Replace each `None` with your number and run the cell; the checker computes the
 # right answer with labkit's own model. Bytes per parameter follow ZeRO's convention
