@@ -18,6 +18,7 @@ for the dynamic map, made visible.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -159,14 +160,22 @@ class OptimizerComparison:
 
 def train_with(cfg: TrainConfig, steps: int, optimizer: str = "fp32",
                block: int = BLOCK) -> tuple[Trainer, OptimizerRun]:
-    """Train ``steps`` steps with torch AdamW (``fp32``) or :class:`AdamW8bit` (``dynamic``/``linear``)."""
+    """Train ``steps`` steps with torch AdamW (``fp32``) or :class:`AdamW8bit` (``dynamic``/``linear``).
+
+    A run whose loss turns non-finite stops there (its weights are NaN from then on, so the rest
+    would only spend time): ``losses`` then ends with that step's loss.
+    """
     require_choice("optimizer", optimizer, ("fp32", *MAPS))
     require_positive("steps", steps)
     trainer = Trainer(cfg)
     params = list(trainer.model.parameters())
     if optimizer != "fp32":
         trainer.optimizer = AdamW8bit(params, lr=cfg.lr, weight_decay=0.0, block=block, map=optimizer)
-    losses = trainer.run(steps)
+    losses = []
+    for _ in range(steps):
+        losses.append(trainer.step())
+        if not math.isfinite(losses[-1]):
+            break
     sizes = [p.numel() for p in params]
     bits = 32 if optimizer == "fp32" else 8
     name = "fp32 AdamW" if optimizer == "fp32" else f"8-bit AdamW ({optimizer})"
