@@ -91,7 +91,7 @@ _CORE: dict[str, Exercise] = {
         (Mistake("(p-1)/m, the bubble relative to the useful time, not to the total", lambda: 7 / 32),),
     ),
     "02.zero3_gb": Exercise(
-        "GB per GPU of model states for a 70B model with mixed-precision Adam under ZeRO-3 on 64 GPUs?",
+        "GB per GPU of model states for a 70bn-parameter model with mixed-precision Adam under ZeRO-3 on 64 GPUs?",
         _zero3_gb_per_gpu,
         0.02,
         "Stage 3 divides all 16 bytes per parameter by Nd: 16 * 70e9 / 64, then divide by 1e9.",

@@ -119,5 +119,6 @@ def reveal_claims(guesses: dict[str, object], truths: dict[str, bool]):
         mark = "right" if hit else ("-" if guess is None else "wrong")
         lines.append(f"{key}: {'yes' if truth else 'no'} ({said}: {mark}){_changed('claim:' + key, guess)}")
         record("prediction", "claim:" + key, guess, hit)
-    lines.append(f"{right} of {len(truths)} right.")
+    answered = sum(_as_bool(k, guesses.get(k)) is not None for k in truths)
+    lines.append(f"{right} of {len(truths)} right." if answered else "No guesses committed yet.")
     return Feedback(right == len(truths), "\n".join(lines))
