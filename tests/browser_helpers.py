@@ -173,6 +173,22 @@ JS_DONE = """() => {
   return failed || !pending;
 }"""
 
+# Where a run stands, for a timeout's message: code cells run of all, and the cell running now.
+JS_PROGRESS = """() => {
+  const panel = window.__labkit.panel;
+  const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+  let ran = 0, total = 0, running = null, i = 0;
+  for (const cell of panel.model.cells) {
+    if (cell.type === 'code') {
+      total += 1;
+      if (cell.executionCount !== null) ran += 1;
+      if (cell.executionState === 'running' && running === null) running = i;
+    }
+    i += 1;
+  }
+  return {ran, total, running, kernel: kernel ? kernel.status : 'none'};
+}"""
+
 # Error outputs of the cells, and errors the kernel sent outside them (widget callbacks).
 JS_ERRORS = """() => {
   const panel = window.__labkit.panel;
@@ -221,3 +237,34 @@ JS_PANEL_STATE = """(index) => {
 def panel_selector(index: int) -> str:
     """CSS selector for the panel that JS_FIND_PANELS marked with ``index``."""
     return f'[data-labkit-panel="{index}"]'
+
+# Answer an exercise the way a learner does: a code cell typed into the open notebook and run.
+
+# Add a code cell with ``source`` at the end of the open notebook; returns its index.
+JS_ADD_CELL = """(source) => {
+  const panel = window.__labkit.panel;
+  const index = panel.model.cells.length;
+  panel.model.sharedModel.insertCell(index, {cell_type: 'code', source});
+  return index;
+}"""
+
+# Set the source of cell ``index`` (as if typed), select it and run it alone (the toolbar's "run" button).
+JS_EDIT_AND_RUN = """async ([index, source]) => {
+  const app = window.jupyterapp;
+  const panel = window.__labkit.panel;
+  app.shell.activateById(panel.id);
+  panel.model.cells.get(index).sharedModel.setSource(source);
+  panel.content.activeCellIndex = index;
+  panel.content.deselectAll();
+  void app.commands.execute('notebook:run-cell');  // not awaited: the test polls JS_CELL_OUTPUT with a timeout
+  return true;
+}"""
+
+# What cell ``index`` shows: its execution count, whether it runs, and the text its output area renders.
+JS_CELL_OUTPUT = """(index) => {
+  const panel = window.__labkit.panel;
+  const cell = panel.model.cells.get(index);
+  const outs = panel.content.widgets[index].node.querySelectorAll('.jp-OutputArea-output');  // not the prompt
+  const text = Array.from(outs).map((o) => o.innerText.trim()).join('\\n');
+  return {count: cell.executionCount, state: cell.executionState, text};
+}"""

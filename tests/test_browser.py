@@ -6,6 +6,8 @@ the test clears the saved outputs (saved widget state renders without a kernel),
 cells, waits for the kernel, and checks: no error in any cell or from the kernel; the
 widget panel rendered live (ipywidgets' JupyterLab extension active, a slider or dropdown
 present, a figure drawn in the panel's output); and a changed control redraws the panel.
+A second test answers an exercise as a learner does, in a cell typed into notebook 01 and
+run, and reads the feedback the page shows: unanswered, wrong (one hint step), then right.
 
 Needs Debian's Chromium (``apt-get install chromium``) and the ``playwright`` package of the
 test extra; without either the test is skipped. No browser is downloaded.
@@ -13,6 +15,7 @@ test extra; without either the test is skipped. No browser is downloaded.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,12 +24,16 @@ import pytest
 from browser_helpers import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    JS_ADD_CELL,
+    JS_CELL_OUTPUT,
     JS_DONE,
+    JS_EDIT_AND_RUN,
     JS_ERRORS,
     JS_FIND_PANELS,
     JS_IDLE_COUNT,
     JS_OPEN,
     JS_PANEL_STATE,
+    JS_PROGRESS,
     JS_RUN_ALL,
     LabServer,
     copy_notebooks,
@@ -36,10 +43,12 @@ from browser_helpers import (
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p.name for p in (ROOT / "labs").glob("0[1-9]*.ipynb"))  # 00 is the course guide: no panel
-RUN_TIMEOUT_S = 240  # per notebook, all cells
+RUN_TIMEOUT_S = int(os.environ.get("LABKIT_BROWSER_RUN_S", "240"))  # per notebook, all cells; more on a busy host
 REDRAW_TIMEOUT_S = 60  # one control changed, kernel answered
 CHANGE_TRIES = 6
 SETTLE_S = 5
+ANSWER_TIMEOUT_S = 120  # a fresh kernel starts, imports labkit and answers one cell
+EXERCISE = "01.zero_stage"  # smallest ZeRO stage for 7.5B parameters under 20 GB per GPU on 64: stage 2
 
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's Chromium (apt-get install chromium)",
@@ -48,6 +57,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the browser test n
                                "-e '.[test]'); it drives /usr/bin/chromium, no browser download")
 
 TIMES: dict[str, tuple[float, float]] = {}  # notebook: seconds to run all cells, seconds in all
+ANSWER_TIMES: list[float] = []  # seconds of the exercise test, kernel start included
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +82,9 @@ def page(lab: LabServer) -> Iterator[object]:
         if TIMES:
             print("\nbrowser seconds per notebook (run all / in all): "
                   + ", ".join(f"{k[:2]} {a:.0f}/{b:.0f}" for k, (a, b) in TIMES.items()))
+        if ANSWER_TIMES:
+            print("browser seconds to answer an exercise (none, wrong, right; kernel start included): "
+                  f"{ANSWER_TIMES[0]:.0f}")
         browser.close()
 
 
@@ -141,7 +154,11 @@ def test_notebook_runs_in_the_browser_and_its_panel_reacts(page: object, name: s
         assert info["kernel"] == "python3"
         assert info["widgets"], "ipywidgets' JupyterLab extension (jupyterlab_widgets) is not active"
         page.evaluate(JS_RUN_ALL)
-        page.wait_for_function(JS_DONE, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        try:
+            page.wait_for_function(JS_DONE, timeout=RUN_TIMEOUT_S * 1000, polling=500)
+        except sync_api.TimeoutError:
+            pytest.fail(f"{name}: not run in {RUN_TIMEOUT_S} s (a loaded machine? set LABKIT_BROWSER_RUN_S): "
+                        f"{page.evaluate(JS_PROGRESS)}")
         ran = time.monotonic() - start
         assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
 
@@ -161,4 +178,43 @@ def test_notebook_runs_in_the_browser_and_its_panel_reacts(page: object, name: s
                          f"{change['after']['text'][:300]!r} (an exception in a callback goes to the kernel's log)")
     finally:
         TIMES[name] = (ran, time.monotonic() - start)
+        _close(page)
+
+
+def _answer(page: object, index: int, source: str) -> str:
+    """Put ``source`` in cell ``index``, run that cell alone, and return the text its output shows once run."""
+    before = page.evaluate(JS_CELL_OUTPUT, index)["count"]
+    page.evaluate(JS_EDIT_AND_RUN, [index, source])
+    page.wait_for_function(f"""(before) => {{
+      const o = ({JS_CELL_OUTPUT})({index});
+      return o.state !== 'running' && o.count !== null && o.count !== before && o.text !== '';
+    }}""", arg=before, timeout=ANSWER_TIMEOUT_S * 1000, polling=250)
+    return page.evaluate(JS_CELL_OUTPUT, index)["text"]
+
+
+@pytest.mark.parametrize("name", [n for n in NOTEBOOKS if n.startswith("01")][:1])
+def test_an_exercise_answered_in_the_page_shows_its_feedback(page: object, name: str) -> None:
+    """A learner's own cell at the end of the student copy: unanswered, then wrong (one hint step), then right.
+
+    The cell is added rather than an existing one edited, so the test holds whatever the
+    notebook's exercise cells look like; only the exercise key is assumed.
+    """
+    start = time.monotonic()
+    try:
+        page.evaluate(JS_OPEN, name)
+        cell = page.evaluate(JS_ADD_CELL, "from labkit import checks")
+        shown = _answer(page, cell, f'from labkit import checks\nchecks.check("{EXERCISE}", None)')
+        assert shown.startswith("Not answered yet."), shown
+        assert "Hint" not in shown, f"a hint before any try: {shown!r}"
+
+        shown = _answer(page, cell, f'from labkit import checks\nchecks.check("{EXERCISE}", 1)')
+        assert shown.startswith("Not quite: 1 is too low."), shown
+        assert "Hint 1:" in shown and "Hint 2:" not in shown, f"one hint step after one wrong try: {shown!r}"
+        assert "Worked answer" not in shown, f"the answer given away after one try: {shown!r}"
+
+        shown = _answer(page, cell, f'from labkit import checks\nchecks.check("{EXERCISE}", 2)')
+        assert shown.startswith("Right: 2."), shown
+        assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
+    finally:
+        ANSWER_TIMES.append(time.monotonic() - start)
         _close(page)
