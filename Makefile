@@ -15,6 +15,9 @@ export JUPYTER_RUNTIME_DIR:= $(CURDIR)/$(VENV)/jupyter/runtime
 export IPYTHONDIR         := $(CURDIR)/$(VENV)/ipython
 export MPLCONFIGDIR       := $(CURDIR)/$(VENV)/matplotlib
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# torch's OpenMP threads sleep instead of spinning while they wait: on 2 shared cores (a kernel,
+# gloo ranks, a browser) spinning threads starve each other; the numbers do not change.
+export OMP_WAIT_POLICY := PASSIVE
 
 .PHONY: lab instructor serve test notebooks bench lint clean
 
