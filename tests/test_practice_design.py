@@ -57,3 +57,30 @@ def test_tensor_task_names_memory_and_communication():
     assert "hidden h is 12288" in panel.check_design()[1]
     panel.set_values(hidden=12288, mode="2d", devices=8)  # 8 is not a square: the panel shows bad input
     assert "no valid layout" in panel.check_design()[1]
+
+
+def test_advisor_task_asks_for_the_fewest_gpus_that_meet_the_deadline():
+    from labkit.practice.design_topics import run_days
+
+    panel = design.TASKS["09"][2]().set_task(design.task("09"))
+    met, reason = panel.check_design()  # the default GPT-3 setting names every field the task fixes
+    assert not met and "model is llama2-70b" in reason and "global batch is 1,024" in reason
+    found = design.find_solution("09")
+    panel.set_values(**found)
+    assert panel.check_design()[0] and "Goal met" in panel.task_result.value
+    assert run_days(panel.advice.best.step_s, 1024, 4096) < 30
+    panel.set_values(gpus=found["gpus"] // 2)  # half as many: past the deadline
+    assert "the task asks for under 30: more GPUs" in panel.check_design()[1]
+    panel.set_values(gpus=found["gpus"] * 2)  # twice as many: meets it, but not with the fewest
+    assert "the task asks for the fewest" in panel.check_design()[1]
+    panel.set_values(gpus=found["gpus"] + 8)
+    assert "GPUs a power of two" in panel.check_design()[1]
+
+
+def test_economics_and_crossbar_tasks_are_the_panels_own():
+    from labkit.economics.panel import design_task as economics_task
+    from labkit.future.panel import design_task as crossbar_task
+
+    assert design.task("07").goal == economics_task().goal and design.task("08").goal == crossbar_task().goal
+    assert design.find_solution("07")["model"] == "gpt3-175b"  # the many-server model the notebook's hint points to
+    assert design.find_solution("08")["reads"] > 1  # one read's noise floor is above 1%
