@@ -46,11 +46,13 @@ assert comparison.worst_error < 0.02
 # ## 2 · The summary table
 #
 # GPT-3 175B (s = 2,048) on one node of 8 A100-80GB, each technique alone (predicted by the
-# models validated in notebooks 01-07). **Predict:** which single technique cuts the memory
-# per GPU the most: ZeRO-3, 1F1B pipeline, tensor parallel, full recompute or ZeRO-Infinity?
+# models validated in notebooks 01-07). **Predict** (True or False, or "yes"/"no"): does tensor
+# parallelism (1D, t = 8) leave less memory per GPU than ZeRO-3 on the same 8 GPUs? And does
+# any single technique alone bring GPT-3 within one GPU's memory (80 GiB)?
 
 # %%
-predicted_best_single = None  # one of the names above
+predicted_tp_below_zero3 = None
+predicted_one_fits = None
 
 # %%
 rows = summary.summary("gpt3-175b", "A100-80GB", 8)
@@ -59,8 +61,12 @@ names = {"ZeRO-3": "ZeRO-3", "pipeline 1F1B": "1F1B pipeline", "tensor parallel 
          "recompute full": "full recompute", "offload to NVMe (ZeRO-Infinity)": "ZeRO-Infinity"}
 candidates = {names[r.technique]: r.memory_bytes for r in rows if r.technique in names}
 smallest = min(candidates, key=candidates.get)
-print(f"you said {predicted_best_single}; smallest memory per GPU: {smallest} "
-      f"({candidates[smallest] / 1e9:,.0f} GB)")
+print(f"smallest memory per GPU: {smallest} ({candidates[smallest] / 1e9:,.0f} GB)")
+capacity = hardware.gpu("A100-80GB").memory_bytes  # the true capacity, as every fit verdict uses
+print(checks.reveal_claims({"tensor parallel below ZeRO-3": predicted_tp_below_zero3,
+                            "one technique alone fits on the GPU": predicted_one_fits},
+                           {"tensor parallel below ZeRO-3": candidates["tensor parallel"] < candidates["ZeRO-3"],
+                            "one technique alone fits on the GPU": min(r.memory_bytes for r in rows) <= capacity}))
 
 # %% [markdown]
 # No single technique fits GPT-3 on 80 GB GPUs with 8 of them; combinations on many GPUs do.
@@ -204,11 +210,18 @@ capstone.grade(my_plan)
 # Change the model, the GPU and its count, the batch and the goal, and read the advisor's
 # ranked plans and the reasons it rejected the rest (predicted). Try Llama-2 70B on 64
 # H100s, goal "greenest".
+#
+# **The task**, checked by the button under the controls: pretrain Llama-2 70B on 2 trillion
+# tokens with Llama 2's own sequence length (4,096) and batch (1,024 sequences, 4 Mi tokens;
+# Touvron et al., 2023) on H100-SXM GPUs in under 30 days. Find the fewest GPUs, a power of
+# two, on which the advisor's fastest plan does it. The check turns the best plan's step
+# time into days for the whole run and asks the advisor about half as many GPUs too.
 
 # %% tags=["nbval-ignore-output"]
-from labkit.advisor.panel import AdvisorPanel
+from labkit.advisor.panel import AdvisorPanel  # noqa: E402
+from labkit.practice import design  # noqa: E402
 
-AdvisorPanel()
+AdvisorPanel().set_task(design.task("09"))
 
 # %% [markdown]
 # The same from a terminal: `labkit advise --model llama2-70b --gpu H100-SXM --gpus 64
@@ -227,3 +240,40 @@ checks.check("09.megatron_bubble", None)
 
 # %%
 checks.check("09.best_step_s", None)
+
+# %% [markdown]
+# **Reasoning across results.** Start from the layout alone: how many micro-batches does
+# one pipeline run when the global batch is first split over the data-parallel replicas?
+# Then put that count into the bubble's share of the step (notebook 02, section 4). The
+# exercise above read the same share off the advisor's whole step (communication
+# included); this one asks for the schedule's share, from the formula.
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("09.reason.megatron_bubble_share", None)
+
+# %% [markdown]
+# **Coding exercise.** Write the model-state bytes one GPU holds under a 3D-parallel layout
+# with ZeRO: `states_per_gpu(psi, tp, pp, dp, zero_stage)` for mixed-precision Adam
+# (2 bytes of 16-bit weights, 2 of 16-bit gradients and 12 of fp32 optimizer states per
+# parameter, ZeRO's count). Tensor and pipeline parallelism split the model tp x pp ways;
+# ZeRO stage 1 shards the optimizer states over the dp replicas, stage 2 the gradients
+# too, stage 3 the weights too. The check compares your function with the advisor's own
+# memory model on GPT-3 175B layouts this notebook weighs, Megatron-LM's among them.
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def states_per_gpu(psi, tp, pp, dp, zero_stage):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("09.code.states_per_gpu", states_per_gpu)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-09.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
