@@ -84,3 +84,18 @@ def test_economics_and_crossbar_tasks_are_the_panels_own():
     assert design.task("07").goal == economics_task().goal and design.task("08").goal == crossbar_task().goal
     assert design.find_solution("07")["model"] == "gpt3-175b"  # the many-server model the notebook's hint points to
     assert design.find_solution("08")["reads"] > 1  # one read's noise floor is above 1%
+
+
+def test_offload_task_needs_a_faster_link_and_a_searched_plan():
+    panel = design.TASKS["04"][2]().set_task(design.task("04"))
+    met, reason = panel.check_design()  # vDNN over the V100's own PCIe 3: fits, but several times compute
+    assert not met and "x compute alone (simulated); the task asks for at most 2.5x" in reason
+    panel.set_values(link_gbps=128.0)
+    assert "host link of at most 64 GB/s" in panel.check_design()[1]
+    panel.set_values(link_gbps=64.0, policy="none")
+    assert "out of memory by" in panel.check_design()[1]
+    panel.set_values(policy="vdnn-all")  # swapping everything moves too many bytes even at 64 GB/s
+    assert not panel.check_design()[0]
+    assert design.find_solution("04") == {"policy": "swapadvisor", "link_gbps": 64.0}
+    panel.set_values(policy="swapadvisor")
+    assert panel.check_design()[0] and "Goal met" in panel.task_result.value

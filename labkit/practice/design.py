@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable
 
 from labkit.errors import require_choice
-from labkit.practice import design_parallel, design_topics
+from labkit.practice import design_parallel, design_storage, design_topics
 from labkit.widgets import DesignTask, Panel
 
 GiB = 2**30
@@ -49,6 +49,9 @@ TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Pa
     "03": ("One GPT-3 175B MLP block (h = 12288, 2048 tokens, 16-bit) on A100 servers (nvlink3 inside a server of 8, "
            "ib-hdr between): hold it in at most 375 MB per GPU with under 5 ms of communication (forward and "
            "backward).", design_parallel.tensor_check, design_parallel.tensor_panel),
+    "04": ("GPT-2 large (s = 1024, micro-batch 4) on a V100-32GB held to a 16 GB budget: make the iteration fit "
+           "and take at most 2.5x as long as compute alone, over a host link of at most 64 GB/s (4x the V100's "
+           "PCIe 3).", design_storage.offload_check, design_storage.offload_panel),
     "07": ("Find a setting where SSD offload emits no more carbon than all in HBM.", design_topics.economics_check,
            design_topics.economics_panel),
     "08": ("Keep the trained layer's output error under 1% at 2% read noise, at the least energy per product.",
@@ -63,6 +66,7 @@ SEARCH: dict[str, dict[str, list]] = {
            "zero_stage": [0, 1, 2, 3], "dp": [1, 2, 4, 8], "micro_batch": [1]},
     "02": {"schedule": ["1f1b", "interleaved"], "chunks": [1, 2, 3], "microbatches": [64, 96], "dp": [8]},
     "03": {"mode": ["1d", "2d", "2.5d", "3d"], "devices": [8, 16, 64], "depth": [1, 2]},
+    "04": {"policy": ["vdnn-all", "swapadvisor"], "link_gbps": [16.0, 32.0, 64.0]},
     "07": {"model": ["llama2-70b", "gpt3-175b"], "gpu": ["H100-SXM"], "gpus": [0], "batch": [4096.0, 32.0]},
     "08": {"array_size": [16, 128], "reads": [1, 16], "adc_bits": [8, 12]},
     "09": {"model": ["llama2-70b"], "gpu": ["H100-SXM"], "seq": [4096], "batch": [1024], "goal": ["fastest"],

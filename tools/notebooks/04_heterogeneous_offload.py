@@ -70,12 +70,14 @@ except DeviceOutOfMemory as err:
 # bytes). Will iterations 2 and 3 save exactly the same sequence?
 
 # %%
-predicted_repeats = None  # True or False
+predicted_repeats = None  # True or False (or "yes" / "no")
 
 # %%
 traces = trace_iterations(Trainer(config), steps=3)
 print(f"{len(traces[0].entries)} saved tensors per iteration, {traces[0].total_bytes:,} bytes; "
-      f"identical in all 3 iterations: {repeats(traces)} (measured); you said {predicted_repeats}")
+      f"identical in all 3 iterations: {repeats(traces)} (measured)")
+print(checks.reveal_claims({"the same sequence in iterations 2 and 3": predicted_repeats},
+                           {"the same sequence in iterations 2 and 3": repeats(traces)}))
 for e in traces[0].entries[:6]:
     print(f"  #{e.index:<3} {e.module:28} {str(tuple(e.shape)):18} {e.nbytes:>10,} B  kept for {e.lifetime} events")
 
@@ -88,8 +90,8 @@ for e in traces[0].entries[:6]:
 # parameters after the step change?
 
 # %%
-predicted_fits = None  # True or False
-predicted_changes = None  # True or False
+predicted_fits = None  # True or False (or "yes" / "no")
+predicted_changes = None  # True or False (or "yes" / "no")
 
 # %%
 results = {}
@@ -105,7 +107,10 @@ plain_loss = plain.step()
 print(f"losses: plain {plain_loss:.4f}, dram {results['dram'][2]:.4f}, disk {results['disk'][2]:.4f}")
 assert all(parameters_equal(plain.model, r[1].model) for r in results.values())
 print("parameters after the step are bit-identical to the plain run's, with DRAM and with disk offload")
-print(f"you said: fits {predicted_fits}, changes {predicted_changes}")
+print(checks.reveal_claims({"the step fits": predicted_fits, "the parameters change": predicted_changes},
+                           {"the step fits": all(r[0].peak <= capacity for r in results.values()),
+                            "the parameters change": not all(parameters_equal(plain.model, r[1].model)
+                                                             for r in results.values())}))
 
 # %% [markdown]
 # What it cost (timing on this CPU, so not checked): the peak (it depends on how far ahead
@@ -158,20 +163,23 @@ for r in cal.rows:
 # does the A100 wait for PCIe at micro-batch 1?
 
 # %%
-predicted_stall = None  # True or False
+predicted_stall = None  # True or False (or "yes" / "no")
 
 # %%
 from labkit.estimate import activation_bytes_per_layer, forward_flops
 from labkit.offload.vdnn import predict_vdnn, stall_seconds
 
 llama = model_shape("llama2-7b")
+stalls = {}
 for b in (1, 4):
     per_layer = activation_bytes_per_layer(llama, 4096, b, attention="fused")
     flops = (forward_flops(llama, 4096, b) - 2 * 4096 * b * llama.hidden * llama.vocab) / llama.layers
     tl = predict_vdnn(per_layer, flops, llama.layers, gpu="A100-80GB")
+    stalls[b] = stall_seconds(tl)
     print(f"b={b}: {per_layer / 1e9:.2f} GB per layer over {hardware.link('pcie4-x16').name}; step "
           f"{tl.makespan:.2f} s of which {stall_seconds(tl):.2f} s waiting for copies (predicted)")
-print(f"you said {predicted_stall}")
+print(checks.reveal_claims({"the A100 waits for PCIe at micro-batch 1": predicted_stall},
+                           {"the A100 waits for PCIe at micro-batch 1": stalls[1] > 0}))
 plots.gantt(tl, title="vDNN, Llama-2 7B, b=4, A100 over PCIe 4 (predicted)")
 
 # %% [markdown]
@@ -404,13 +412,21 @@ print(f"paper: {headline('Mobius')['claim']}")
 #
 # Model, GPU, sequence, micro-batch, link and disk bandwidth, device budget and policy;
 # the four streams (compute, device-to-host, host-to-device, disk) of one simulated
-# iteration, with the compute stream's gaps showing the stalls (predicted). Find the
-# slowest link at which vDNN still costs under 10%.
+# iteration, with the compute stream's gaps showing the stalls (predicted).
+#
+# Try first: with vDNN on the V100's own PCIe 3 link, raise the host link until vDNN costs
+# under 10% more than compute alone. It takes a link tens of times faster than any PCIe,
+# close to the GPU's own memory bandwidth: a target no host link meets teaches little. The
+# checked task below sets a reachable one instead, where the answer needs two of this
+# notebook's lessons: the link sets the cost of moving activations (section 4), and choosing
+# *what* to move is worth a search (section 5). Set the controls, then press "Check my
+# design": it says what is still missing.
 
 # %% tags=["nbval-ignore-output"]
 from labkit.offload.panel import OffloadPanel
+from labkit.practice import design
 
-OffloadPanel()
+OffloadPanel(model="gpt2-large", gpu="V100-32GB", seq=1024, micro_batch=4, budget_gb=16.0).set_task(design.task("04"))
 
 # %% [markdown]
 # ## 10 · Check yourself
@@ -423,3 +439,40 @@ checks.check("04.pcie_seconds", None)
 
 # %%
 checks.check("04.infinity_tb", None)
+
+# %% [markdown]
+# **Reasoning across results.** Put two results of this notebook together: the bytes per
+# parameter that ZeRO-Offload moves each step (section 6, measured) and the H100's PCIe link
+# in the catalogue (`hardware.link(hardware.gpu("H100-SXM").pcie).bandwidth`, bytes per
+# second in each direction), plus the fact that PCIe carries both directions at once. Answer
+# in seconds.
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("04.reason.offload_step_s", None)
+
+# %% [markdown]
+# **Coding exercise.** Write the greedy planner of section 5 yourself: `choose_swaps(act_bytes,
+# budget)` gets the bytes each layer operation saves for backward (a list of numbers) and the
+# bytes the device can keep, and returns one bool per activation (True: swap it to host
+# memory) such that the activations kept add up to at most `budget`, moving as few bytes as
+# you can. The check runs your plan through the offload simulator for GPT-2 XL on a V100 at
+# three oversubscriptions: it must fit, and move no more bytes over PCIe than the
+# largest-first rule.
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def choose_swaps(act_bytes, budget):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("04.code.choose_swaps", choose_swaps)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-04.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
