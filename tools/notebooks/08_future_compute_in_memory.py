@@ -55,7 +55,8 @@ for fraction in (1.0, 0.8, 0.5, 0.3):
 print(text_table(["HBM / working set", "LRU misses", "trace-aware misses", "LRU stall, us", "trace-aware stall, us"],
                  rows))
 cut = 100 * (1 - half[1].stall_s / half[0].stall_s)
-print(checks.reveal_number(predicted_stall_cut, cut, "Stall removed by the trace-aware schedule (simulated)", "%", 1))
+print(checks.reveal_number(predicted_stall_cut, cut, "Stall removed by the trace-aware schedule (simulated)", "%", 1,
+                           rel_tol=0.15))  # a simulated share: right within 15% of it
 print(text_table(["tier", "capacity B", "reads", "hits", "hit rate", "bytes served"], half[1].rows()))
 
 # %% [markdown]
@@ -121,7 +122,7 @@ print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth; for states o
 # conductance levels, inputs pass a DAC, outputs an ADC, and every read is noisy. The tiny
 # GPT is trained, then its attention and MLP linear layers are swapped for simulated
 # crossbars (128 x 128 arrays). **Predict:** the fewest ADC bits that keep the validation
-# loss within 0.01 of the digital model.
+# loss within 0.01 of the digital model (the sweep tries 2, 4, 6, 8 and 10 bits).
 
 # %%
 predicted_adc_bits = None
@@ -131,7 +132,7 @@ gpt = crossbar.tiny_trainer()
 adc = crossbar.sweep(gpt, "adc_bits", [2, 4, 6, 8, 10, None])
 print(text_table(["ADC bits", "analog loss", "digital loss", "gap"], adc.rows()))
 enough = min(p.setting for p in adc.points if p.setting is not None and abs(p.gap) <= 0.01)
-print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1))
+print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1, exact=True))
 
 # %% [markdown]
 # Read noise, as a fraction of the largest conductance. Noise is random, so each level runs
@@ -199,9 +200,10 @@ for v in pim.model_views():
 # costs conversions).
 
 # %% tags=["nbval-ignore-output"]
-from labkit.future.panel import CrossbarPanel, design_task
+from labkit.future.panel import CrossbarPanel
+from labkit.practice import design
 
-CrossbarPanel.from_trainer(gpt, noise_percent=2.0, weight_bits=8).set_task(design_task())
+CrossbarPanel.from_trainer(gpt, noise_percent=2.0, weight_bits=8).set_task(design.task("08"))
 
 # %% [markdown]
 # ## 7 · Check yourself
@@ -214,3 +216,38 @@ checks.check("08.dram_pj_per_bit", None)
 
 # %%
 checks.check("08.hbm_pim_roofline", None)
+
+# %% [markdown]
+# **Reasoning across results.** Section 2 printed the break-even link bandwidth for the
+# optimizer step run near the data. Before you carry it to a 70bn-parameter model, ask how
+# each path's bytes grow with the parameter count.
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("08.reason.break_even_70b", None)
+
+# %% [markdown]
+# **Coding exercise.** Write the eviction policy of section 1's fast tier:
+# `evict(resident, future)` gets the set of block ids now in fast memory and the rest of the
+# step's accesses in order, and returns the resident block to push out. The check records
+# one real training step of a tiny GPT (every weight and saved activation each forward or
+# backward op touches, as in section 1), replays its accesses through a fast tier holding a
+# quarter, a half and three quarters of the blocks, and counts misses: your policy passes
+# when it misses no more than the best possible policy for a known future.
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def evict(resident, future):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("08.code.evict", evict)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-08.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
