@@ -5,7 +5,7 @@
 light. 09's task needs two results put together: the advisor's fastest step on a GPU count
 turned into days for a whole pretraining run, and the same on half as many GPUs, because the
 task asks for the FEWEST GPUs that meet a deadline. Its numbers follow Llama 2's pretraining
-(Touvron et al., 2023: 2 trillion tokens, 4,096-token context, a 4M-token batch, Table 1).
+(Touvron et al., 2023: 2 trillion tokens and a 4k context in Table 1, a 4M-token batch in section 2.2).
 """
 
 from __future__ import annotations
