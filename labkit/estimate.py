@@ -11,9 +11,10 @@ Formulas and where they come from:
   sequence-parallel and recompute variants. The lab writes each term with the
   element size e and mask size m, so the same model predicts an fp32 CPU run:
   s*b*h*(16e + 2m) + a*s^2*b*(2e + m), which is 34 and 5 at e = 2, m = 1;
-* FLOPs: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
-  Clusters Using Megatron-LM", SC 2021: 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h)) per
-  step without recompute, counted here matrix multiply by matrix multiply;
+* FLOPs: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+  Models", 2022: 72*B*s*L*h^2*(1 + s/(6h) + V/(12*L*h)) per step without recompute
+  (Narayanan et al., SC 2021, give the 96*... form, which includes full recompute),
+  counted here matrix multiply by matrix multiply;
 * pipeline in-flight micro-batches: Narayanan et al. 2021 (1F1B keeps at most p,
   GPipe keeps m; interleaving adds a factor 1 + (p-1)/(p*m)).
 """
@@ -284,7 +285,7 @@ def forward_flops(shape: ModelShape, seq: int, micro_batch: int) -> float:
 
 
 def training_flops(shape: ModelShape, seq: int, micro_batch: int, recompute: str = "none") -> float:
-    """Forward + backward (2x forward) + what recompute repeats: 72BsLh^2(1 + s/6h + V/12Lh) at none.
+    """Forward + backward (2x forward) + what recompute repeats: Korthikanti's 72BsLh^2(1 + s/6h + V/12Lh) at none.
 
     "selective" counts Korthikanti et al.'s re-run of the attention core's forward, Q K^T and the
     product with V, 4bs^2h a layer; torch's non-reentrant checkpoint with early stop repeats only

@@ -63,7 +63,7 @@ def test_zero3_throughput_falls_as_gpus_double_at_a_fixed_batch() -> None:
 
 def test_comparison_table_names_every_row() -> None:
     text = calibration.comparison_table(table("table1"))
-    assert "1008B" in text and "t8 p64 d6 b1" in text and "ratio" in text
+    assert "1008 bn" in text and "t8 p64 d6 b1" in text and "ratio" in text
 
 
 def test_bubble_follows_the_schedule() -> None:

@@ -18,6 +18,6 @@ a real model on a real cluster.
   layout and ranks the plans for a goal, near-ties marked;
 * ``report``: the answer as text or JSON (``labkit advise``);
 * ``summary``: the seed's table: memory, communication and extra compute of each technique;
-* ``flow``: the seed's selection flow as a decision diagram, with the advisor's path lit;
+* ``flow``: the seed's selection flow as a decision diagram, with the advisor's answer to each question;
 * ``capstone``, ``exercises``: a learner's plan graded against the advisor; self-checks "09.*".
 """

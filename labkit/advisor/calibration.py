@@ -95,7 +95,7 @@ def _compare(table: str, row: dict) -> Comparison:
     else:  # price it anyway: the comparison is of time; the memory verdict is reported beside it
         t_ = costing.step_times(shape, seq, row["batch"], lay, mc)
         step, times = sum(t_[k] for k in costing.TIMES), {k: t_[k] for k in costing.TIMES}
-    return Comparison(table, f"{row['params_billion']:g}B", n, lay, paper, step, row["tflops_per_gpu"],
+    return Comparison(table, f"{row['params_billion']:g} bn", n, lay, paper, step, row["tflops_per_gpu"],
                       flops / (step * n) / 1e12, plan.feasible, times)
 
 
