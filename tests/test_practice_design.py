@@ -99,3 +99,16 @@ def test_offload_task_needs_a_faster_link_and_a_searched_plan():
     assert design.find_solution("04") == {"policy": "swapadvisor", "link_gbps": 64.0}
     panel.set_values(policy="swapadvisor")
     assert panel.check_design()[0] and "Goal met" in panel.task_result.value
+
+
+def test_reduction_task_asks_for_a_fit_with_the_least_extra_compute():
+    panel = design.TASKS["05"][2]().set_task(design.task("05"))
+    met, reason = panel.check_design()  # no recompute, 32-bit Adam states: 16 B per parameter alone overflow
+    assert not met and "does not fit" in reason
+    panel.set_values(recompute="full", optimizer_bits=8)  # fits, but rebuilds more than it must
+    assert "another combination fits with less" in panel.check_design()[1]
+    panel.set_values(seq=2048)
+    assert "sequence is 4096" in panel.check_design()[1]
+    panel.set_values(seq=4096, **design.find_solution("05"))
+    assert panel.check_design()[0] and "Goal met" in panel.task_result.value
+    assert panel.design.extra_compute == panel.best.extra_compute

@@ -52,6 +52,9 @@ TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Pa
     "04": ("GPT-2 large (s = 1024, micro-batch 4) on a V100-32GB held to a 16 GB budget: make the iteration fit "
            "and take at most 2.5x as long as compute alone, over a host link of at most 64 GB/s (4x the V100's "
            "PCIe 3).", design_storage.offload_check, design_storage.offload_panel),
+    "05": ("Llama-2 7B at s = 4096, micro-batch 1, on an A100-80GB: combine recompute, precision and optimizer-state "
+           "bits until it fits, with the least extra compute.", design_storage.reduction_check,
+           design_storage.reduction_panel),
     "07": ("Find a setting where SSD offload emits no more carbon than all in HBM.", design_topics.economics_check,
            design_topics.economics_panel),
     "08": ("Keep the trained layer's output error under 1% at 2% read noise, at the least energy per product.",
@@ -67,6 +70,8 @@ SEARCH: dict[str, dict[str, list]] = {
     "02": {"schedule": ["1f1b", "interleaved"], "chunks": [1, 2, 3], "microbatches": [64, 96], "dp": [8]},
     "03": {"mode": ["1d", "2d", "2.5d", "3d"], "devices": [8, 16, 64], "depth": [1, 2]},
     "04": {"policy": ["vdnn-all", "swapadvisor"], "link_gbps": [16.0, 32.0, 64.0]},
+    "05": {"optimizer_bits": [32, 8], "precision": ["bf16-mixed", "fp32"],
+           "recompute": ["none", "selective", "sqrt", "full"]},
     "07": {"model": ["llama2-70b", "gpt3-175b"], "gpu": ["H100-SXM"], "gpus": [0], "batch": [4096.0, 32.0]},
     "08": {"array_size": [16, 128], "reads": [1, 16], "adc_bits": [8, 12]},
     "09": {"model": ["llama2-70b"], "gpu": ["H100-SXM"], "seq": [4096], "batch": [1024], "goal": ["fastest"],

@@ -380,12 +380,15 @@ assert min(segments, key=lambda r: r.peak_bytes).segment == 1
 # %% [markdown]
 # Now design: pick a model, a GPU, the sequence and micro-batch, and combine recompute,
 # precision and optimizer-state bits until it fits with the least extra compute. Try
-# Llama-2 7B at s = 4,096 on an A100-80GB.
+# Llama-2 7B at s = 4,096 on an A100-80GB. That is the checked task below: set the controls,
+# then press "Check my design"; it says whether the setting fits and, if it fits, whether
+# another combination fits with less recompute.
 
 # %% tags=["nbval-ignore-output"]
+from labkit.practice import design as design_tasks  # noqa: E402
 from labkit.reduction.panel import ReductionPanel
 
-ReductionPanel()
+ReductionPanel(model="llama2-7b", gpu="A100-80GB", seq=4096, micro_batch=1).set_task(design_tasks.task("05"))
 
 # %% [markdown]
 # ## 8 · Check yourself
@@ -401,3 +404,40 @@ checks.check("05.selective_percent", None)
 
 # %%
 checks.check("05.fp16_max", None)
+
+# %% [markdown]
+# **Reasoning across results.** Put two of section 2's results together: what full
+# recompute saves on one layer (all but the layer's input) and what selective recompute
+# saves (the attention scores' 5as/h term, the GPT-3 row of the table), each the bytes kept
+# without recompute minus the bytes kept with it. For GPT-3 175B's layer at s = 2048,
+# b = 1: what fraction of full recompute's saving does selective recompute get? Answer as a
+# fraction (0 to 1), not per cent.
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("05.reason.selective_share", None)
+
+# %% [markdown]
+# **Coding exercise.** Write section 5's dynamic loss scaling yourself:
+# `update_scale(scale, good_steps, found_inf, growth_interval)` returns `(new_scale,
+# new_good_steps)` after one fp16 step. A step whose gradients overflowed is skipped and
+# halves the scale; `growth_interval` clean steps in a row double it. The check runs torch's
+# own `GradScaler` on a real parameter whose gradient overflows at chosen steps, and
+# compares your scale with torch's after every step.
+
+# %%
+from labkit import practice  # noqa: E402
+
+
+def update_scale(scale, good_steps, found_inf, growth_interval):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("05.code.update_scale", update_scale)
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-05.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
