@@ -112,3 +112,20 @@ def test_reduction_task_asks_for_a_fit_with_the_least_extra_compute():
     panel.set_values(seq=4096, **design.find_solution("05"))
     assert panel.check_design()[0] and "Goal met" in panel.task_result.value
     assert panel.design.extra_compute == panel.best.extra_compute
+
+
+def test_resilience_task_asks_where_goodput_drops_below_90_percent():
+    from labkit.practice.design_storage import RESILIENCE_STEP
+
+    panel = design.TASKS["06"][2]().set_task(design.task("06"))
+    met, reason = panel.check_design()  # 16,384 GPUs: still just above 90%
+    assert not met and "more GPUs" in reason
+    panel.set_values(gpus=131072)
+    assert "fewer GPUs" in panel.check_design()[1]
+    panel.set_values(storage_gbps=1000.0)
+    assert "storage of 100 GB/s" in panel.check_design()[1]
+    found = design.find_solution("06")
+    panel.set_values(storage_gbps=100.0, **found)
+    assert panel.check_design()[0] and "Goal met" in panel.task_result.value
+    assert panel.outcome.goodput < 0.9
+    assert panel.evaluate("checkpoint-restart", found["gpus"] - RESILIENCE_STEP, panel._rc_factors()).goodput >= 0.9

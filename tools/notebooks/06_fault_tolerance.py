@@ -294,12 +294,16 @@ print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measur
 # network bandwidth, and the strategy: checkpoint-restart to storage, an in-memory checkpoint
 # in a peer's DRAM (Gemini), or redundant computation (Bamboo). Goodput, lost GPU-hours a day
 # and the best interval (predicted; GB = 1e9 bytes). Find the cluster size at which
-# checkpoint-restart to 100 GB/s storage drops below 90% goodput.
+# checkpoint-restart to 100 GB/s storage drops below 90% goodput. That is the checked task
+# below (to within 1,024 GPUs, with the panel's Llama 3 failure rate, checkpoint and restart
+# time): set the GPUs, then press "Check my design"; it says whether to go up or down. Then
+# try the other strategies at that size.
 
 # %% tags=["nbval-ignore-output"]
+from labkit.practice import design as design_tasks  # noqa: E402
 from labkit.resilience.panel import ResiliencePanel
 
-ResiliencePanel()
+ResiliencePanel().set_task(design_tasks.task("06"))
 
 # %% [markdown]
 # ## 10 · Check yourself
@@ -316,5 +320,44 @@ checks.check("06.lost_minutes", None)
 # %%
 checks.check("06.checkpoint_tb", None)
 
+# %% [markdown]
+# **Reasoning across results.** Put two results together: how the failure rate grows with
+# the number of GPUs (section 1: at a fixed rate per GPU-day, failures a day grow in
+# proportion to the GPUs, so the cluster's MTBF M falls in inverse proportion) and Young's
+# interval √(2CM) of section 6. Answer as a factor (new interval / old interval).
+
+# %%
+from labkit.practice import reasoning  # noqa: E402, F401 - importing it registers the reasoning exercises
+
+checks.check("06.reason.young_factor", None)
+
+# %% [markdown]
+# **Coding exercise.** Write the checkpoint writer of section 2 yourself: `save(state, path)`
+# stores a dict of tensors so that a crash at any moment leaves `path` loadable. The check
+# writes a good checkpoint, then forks a process that saves a newer, larger state to the
+# same path with your function and kills it with a real `SIGKILL` as soon as bytes reach the
+# disk: afterwards `path` must load with `torch.load(path, weights_only=True)` and hold the
+# old checkpoint or the new one, never a torn mix.
+
+# %%
+import os  # noqa: E402, F401 - for your code
+
+import torch  # noqa: E402, F401 - for your code
+
+from labkit import practice  # noqa: E402
+
+
+def save(state, path):
+    raise NotImplementedError  # your code here
+
+
+practice.check_code("06.code.atomic_save", save)
+
 # %%
 shutil.rmtree(work)  # the lab leaves no checkpoint behind
+
+# %% [markdown]
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-06.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
