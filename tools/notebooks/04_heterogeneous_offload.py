@@ -415,8 +415,9 @@ print(f"paper: {headline('Mobius')['claim']}")
 # iteration, with the compute stream's gaps showing the stalls (predicted).
 #
 # Try first: with vDNN on the V100's own PCIe 3 link, raise the host link until vDNN costs
-# under 10% more than compute alone. It takes a link tens of times faster than any PCIe,
-# close to the GPU's own memory bandwidth: a target no host link meets teaches little. The
+# under 10% more than compute alone. It takes a link more than ten times faster than the
+# catalogue's fastest PCIe (PCIe 5 x16), most of the way to the V100's own memory
+# bandwidth: a target no host link meets teaches little. The
 # checked task below sets a reachable one instead, where the answer needs two of this
 # notebook's lessons: the link sets the cost of moving activations (section 4), and choosing
 # *what* to move is worth a search (section 5). Set the controls, then press "Check my
