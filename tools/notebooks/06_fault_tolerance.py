@@ -191,7 +191,8 @@ print(f"within 2 sd of the best: {lo / 60:.0f} to {hi / 60:.0f} min; within 1% o
       f"{hi1 / 60:.0f} min")
 print(f"simulated goodput at Young's interval {sw.goodput_at(sw.young_s):.4f}, at half of it "
       f"{sw.goodput_at(sw.young_s / 2):.4f}, at twice it {sw.goodput_at(2 * sw.young_s):.4f}")
-print(checks.reveal_number(predicted_interval_min, sw.best.interval_s / 60, "Best interval (simulated)", "min", 1))
+print(checks.reveal_number(predicted_interval_min, sw.best.interval_s / 60, "Best interval (simulated)", "min", 1,
+                           rel_tol=0.25))  # the optimum is flat: 7-10 min are within noise of the best
 sweep.sweep_figure(sw)
 
 # %% [markdown]
