@@ -67,14 +67,24 @@ def check_code(key: str, fn: Callable | None, **measured: object) -> Feedback:
     return Feedback(not failed, "\n".join([head, *lines]))
 
 
-def safely(name: str, call: Callable[[], object], expected: object, same: Callable[[object, object], bool]) -> Case:
-    """One case: call the learner's code, compare with ``expected``; an exception is a failed case, named."""
+def attempt(name: str, call: Callable[[], object], what: str = "raised") -> tuple[object, Case | None]:
+    """Run the learner's code: (its value, None), or (None, a failed case naming what it raised).
+
+    ``NotImplementedError`` passes through: :func:`check_code` reports a stub as "not written yet".
+    """
     try:
-        got = call()
+        return call(), None
     except NotImplementedError:
         raise
     except Exception as err:  # noqa: BLE001 - the learner's code may raise anything; say what it raised
-        return Case(name, False, f"raised {type(err).__name__}: {err}")
+        return None, Case(name, False, f"{what} {type(err).__name__}: {err}")
+
+
+def safely(name: str, call: Callable[[], object], expected: object, same: Callable[[object, object], bool]) -> Case:
+    """One case: call the learner's code, compare with ``expected``; an exception is a failed case, named."""
+    got, failed = attempt(name, call)
+    if failed:
+        return failed
     ok = same(got, expected)
     return Case(name, ok, "" if ok else f"expected {expected!r}, got {got!r}")
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 BIG = 48 * 2**20  # bytes of the newer state: enough that a write takes many milliseconds
 KILL_AFTER_BYTES = (1, 8 * 2**20)
@@ -78,12 +78,9 @@ def run(fn: Callable[[dict, str | Path], None]) -> list[Case]:
         name = f"SIGKILL after {after:,} B of the new checkpoint reached the disk"
         with tempfile.TemporaryDirectory(prefix="labkit-ckpt-") as d:
             path = Path(d) / "ckpt.pt"
-            try:
-                fn(old, path)
-            except NotImplementedError:
-                raise
-            except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-                cases.append(Case(name, False, f"saving raised {type(err).__name__}: {err}"))
+            _, failed = attempt(name, lambda path=path: fn(old, path), what="saving raised")
+            if failed:
+                cases.append(failed)
                 continue
             how = _kill_mid_write(fn, new, path, after)
             try:

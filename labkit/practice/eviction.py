@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 FRACTIONS = (0.25, 0.5, 0.75)
 
@@ -61,12 +61,9 @@ def run(fn: Callable[[set[int], list[int]], int]) -> list[Case]:
     for f in FRACTIONS:
         slots = max(2, int(f * distinct))
         name = f"fast tier holds {slots} of {distinct} blocks ({len(seq)} accesses, a real step)"
-        try:
-            got = misses(seq, slots, fn)
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        got, failed = attempt(name, lambda slots=slots: misses(seq, slots, fn))
+        if failed:
+            cases.append(failed)
             continue
         best = misses(seq, slots, belady)
         cases.append(Case(name, got <= best, "" if got <= best else f"{got} misses; the optimum is {best}"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 RUNS = (("hbm", "world"), ("dram-offload", "france"), ("ssd-offload", "us"))
 TOKENS = 2e10
@@ -34,13 +34,10 @@ def run(fn: Callable[..., tuple[float, float, float]]) -> list[Case]:
     cases = []
     for strategy, region in RUNS:
         name = f"Llama-2 7B, {TOKENS:.0e} tokens, {strategy}, grid {region}"
-        try:
-            args, want = _inputs(strategy, region)
-            got = tuple(float(x) for x in fn(*args))
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        args, want = _inputs(strategy, region)
+        got, failed = attempt(name, lambda args=args: tuple(float(x) for x in fn(*args)))
+        if failed:
+            cases.append(failed)
             continue
         labels = ("facility kWh", "kg CO2", "SSD life used")
         off = [f"{lab}: {g:.4g}, the model says {w:.4g}" for lab, g, w in zip(labels, got, want, strict=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 LAYOUTS = ((8, 16, 8, 0), (8, 8, 16, 1), (4, 8, 32, 2), (1, 1, 1024, 3), (8, 12, 8, 3))  # tp, pp, dp, ZeRO stage
 
@@ -34,12 +34,9 @@ def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
     for tp, pp, dp, zero in LAYOUTS:
         name = f"GPT-3 175B, tp {tp} x pp {pp} x dp {dp}, ZeRO stage {zero}"
         psi, want = advisor_states(tp, pp, dp, zero)
-        try:
-            got = float(fn(psi, tp, pp, dp, zero))
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        got, failed = attempt(name, lambda a=(psi, tp, pp, dp, zero): float(fn(*a)))
+        if failed:
+            cases.append(failed)
             continue
         ok = abs(got - want) <= 1e-6 * want
         cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB"))

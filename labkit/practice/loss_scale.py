@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 PATTERNS = (
     ("no overflow, growth interval 3", (False,) * 8, 3),
@@ -41,19 +41,22 @@ def torch_scales(overflows: tuple[bool, ...], interval: int, init: float = 2.0**
     return out
 
 
+def _scales(fn: Callable, overflows: tuple[bool, ...], interval: int) -> list[float]:
+    """The learner's scale after each step, starting where torch's GradScaler starts."""
+    scale, good, out = 2.0**16, 0, []
+    for inf in overflows:
+        scale, good = fn(scale, good, inf, interval)
+        out.append(float(scale))
+    return out
+
+
 def run(fn: Callable[[float, int, bool, int], tuple[float, int]]) -> list[Case]:
     cases = []
     for name, overflows, interval in PATTERNS:
         want = torch_scales(overflows, interval)
-        try:
-            scale, good, got = 2.0**16, 0, []
-            for inf in overflows:
-                scale, good = fn(scale, good, inf, interval)
-                got.append(float(scale))
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        got, failed = attempt(name, lambda o=overflows, i=interval: _scales(fn, o, i))
+        if failed:
+            cases.append(failed)
             continue
         bad = next((k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b), None)
         cases.append(Case(name, bad is None, "" if bad is None else

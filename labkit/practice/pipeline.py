@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.errors import LabkitError
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 SIZES = ((2, 4), (4, 8), (4, 4), (3, 7))
 T_F, T_B = 1.0, 2.0
@@ -43,12 +43,9 @@ def run(fn: Callable[[int, int, int], list]) -> list[Case]:
     cases = []
     for p, m in SIZES:
         name = f"p={p}, m={m}"
-        try:
-            order = _order(fn, p, m)
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        order, failed = attempt(name, lambda p=p, m=m: _order(fn, p, m))
+        if failed:
+            cases.append(failed)
             continue
         wrong = [r for r, acts in order.items() if not _complete(acts, m)]
         if wrong:

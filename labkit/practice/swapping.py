@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 OVERSUBSCRIPTION = (1.2, 1.6, 2.5)
 
@@ -49,14 +49,9 @@ def run(fn: Callable[[list[float], float], list[bool]]) -> list[Case]:
     for over in OVERSUBSCRIPTION:
         ops, acts, m, budget = _setup(over)
         name = f"GPT-2 XL, {len(ops)} ops, device oversubscribed {over}x (simulated)"
-        try:
-            swap = [bool(x) for x in fn(list(acts), budget)]
-            if len(swap) != len(ops):
-                raise ValueError(f"return one bool per activation ({len(ops)}), got {len(swap)}")
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        swap, failed = attempt(name, lambda acts=acts, budget=budget: [bool(x) for x in fn(list(acts), budget)])
+        if failed or len(swap) != len(ops):
+            cases.append(failed or Case(name, False, f"return one bool per activation ({len(ops)}), got {len(swap)}"))
             continue
         mine = simulate_iteration(ops, m, Plan(tuple(swap), (1,) * len(ops), sync=True))
         ref = simulate_iteration(ops, m, Plan(tuple(largest_first(acts, budget)), (1,) * len(ops), sync=True))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register
+from labkit.practice import Case, CodingExercise, attempt, register
 
 SIZES = ((2, 8), (4, 16), (8, 16))  # (t, h)
 
@@ -30,13 +30,11 @@ def run(fn: Callable) -> list[Case]:
         w1 = torch.randn(4 * h, h, generator=g, dtype=torch.float64)
         w2 = torch.randn(h, 4 * h, generator=g, dtype=torch.float64)
         name = f"t={t}, h={h}"
-        try:
-            shards = [fn(w1, w2, r, t) for r in range(t)]
-            total = sum(F.gelu(x @ a.T) @ b.T for a, b in shards)
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the learner's code may raise anything
-            cases.append(Case(name, False, f"raised {type(err).__name__}: {err}"))
+        shards, failed = attempt(name, lambda w1=w1, w2=w2, t=t: [fn(w1, w2, r, t) for r in range(t)])
+        total, failed = (None, failed) if failed else attempt(
+            name, lambda x=x, shards=shards: sum(F.gelu(x @ a.T) @ b.T for a, b in shards))
+        if failed:
+            cases.append(failed)
             continue
         sizes_ok = all(a.numel() * t == w1.numel() and b.numel() * t == w2.numel() for a, b in shards)
         same = torch.allclose(total, F.gelu(x @ w1.T) @ w2.T, rtol=1e-9, atol=1e-9)
