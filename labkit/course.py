@@ -122,16 +122,19 @@ TOPIC_EXERCISES = ("intra_layer", "offload", "reduction", "resilience", "economi
 
 
 def exercise_table() -> str:
-    """Exercises per notebook, from the registry (importing each topic registers its own)."""
+    """Exercises per notebook, from the registries (importing each topic and the practice package registers them)."""
     import importlib
 
-    from labkit import checks
+    from labkit import checks, practice
 
     for topic in TOPIC_EXERCISES:
         importlib.import_module(f"labkit.{topic}.exercises")
-    counts: dict[str, int] = {}
+    practice._load()
+    rows: dict[str, list[int]] = {}
     for key in checks.EXERCISES:
-        counts[key[:2]] = counts.get(key[:2], 0) + 1
-    lines = ["notebook  exercises", "--------  ---------"]
-    lines += [f"{nb:>8}  {n:>9}" for nb, n in sorted(counts.items())]
+        rows.setdefault(key[:2], [0, 0, 0])[1 if ".reason." in key else 0] += 1
+    for key in practice.CODING:
+        rows.setdefault(key[:2], [0, 0, 0])[2] += 1
+    lines = ["notebook  self-checks  reasoning  coding", "--------  -----------  ---------  ------"]
+    lines += [f"{nb:>8}  {a:>11}  {b:>9}  {c:>6}" for nb, (a, b, c) in sorted(rows.items())]
     return "\n".join(lines)

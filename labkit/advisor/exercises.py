@@ -57,7 +57,7 @@ register("09.megatron_gb", Exercise(
     lambda: f"{_megatron_gb():.1f} GB: most of it is the model states; full recompute leaves the activations small.",
 ))
 register("09.megatron_bubble", Exercise(
-    "What fraction (0..1) of a step does that configuration spend in the pipeline bubble (m = 1536 / 8 = 192)?",
+    "What fraction (0..1) of a step does that configuration spend in the pipeline bubble?",
     _megatron_bubble_share,
     0.05,
     "The bubble adds (p-1)/m of the compute time; divide it by the whole step, compute + bubble + communication.",

@@ -150,8 +150,8 @@ register("07.reason.grid_ratio", Exercise(
 ))
 
 register("08.reason.break_even_70b", Exercise(
-    "With Adam's states in DRAM, near-data processing wins below a break-even link bandwidth (shown for 1bn "
-    "parameters). What is the break-even in GB/s for a 70bn-parameter model?",
+    "With Adam's states in DRAM, near-data processing wins below a break-even link bandwidth (printed in section 2 "
+    "for 1 bn parameters). What is the break-even in GB/s for a 70bn-parameter model?",
     lambda: _break_even_gbps(70e9), 0.02,
     ("Both paths move bytes in proportion to the parameter count.",
      "Times that both scale with the model size cross at the same bandwidth."),

@@ -67,7 +67,8 @@
 #   order with its verdict and diagnosis, plus a summary (answered, right). An instructor collects the
 #   files; they are plain JSON.
 #
-# The exercises each notebook registers, counted from the lab itself:
+# The exercises each notebook registers, counted from the lab itself (look-up self-checks, exercises
+# that need two results put together, and coding exercises):
 
 # %%
 from labkit import course

@@ -235,7 +235,7 @@ print(memory_comparison(step16, setup_for(shape, 16, "bf16-mixed")))
 # %%
 at_update = measure_update_states(Trainer(TrainConfig(model=config.model, precision="bf16-mixed")))
 print(tables.text_table(
-    ["convention", "B per parameter, by tensor", "formula", "measured"],
+    ["convention", "formula (B per parameter, by tensor)", "total (B per parameter)", "measured"],
     [[c.name, c.formula, c.bytes_per_param, f"{at_update.holds(c):.2f}"] for c in CONVENTIONS]))
 for c in CONVENTIONS:
     print(f"{c.name}: {c.source}")

@@ -37,7 +37,7 @@ plots.memory_bars(stages, title="7.5 bn parameters, 64 GPUs: model states per GP
 # The tiny GPT trains on 4 ranks in fp32 with AdamW: 4 bytes of weights, 4 of
 # gradients and 8 of Adam's two moments per parameter. **Under ZeRO stage 3 with 4
 # ranks, what share of the data-parallel bytes does each rank keep?** And **how many
-# more elements per step does stage 3 send than plain data parallelism?** Commit your
+# times as many elements per step does stage 3 send as plain data parallelism?** Commit your
 # answers first.
 
 # %%
@@ -93,6 +93,7 @@ print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP 
 #   not the paper's 2Ψ (the `comm broadcast` row);
 # * gloo has no true reduce-scatter: it all-reduces the whole tensor and keeps its
 #   chunk, so on this CPU backend a reduce-scatter of n moves 2n (NCCL on GPUs moves n).
+#   The table counts every collective as NCCL would move it, so this does not show there.
 #
 # And the point of it all: every strategy computes **the same training**. The loss of
 # each, step by step, beside single-process training on the full batch:
@@ -277,7 +278,7 @@ print("with a stash (pipedream, 2bw) every gradient equals the true one bit for 
 # pipeline and is zero on the last stage, where each backward follows its forward at
 # once. It grows with the learning rate, because the weights move further between a
 # forward and its backward. PipeDream's weight stashing removes it entirely, at the
-# memory cost in the versions table above; 2BW keeps two versions instead of p.
+# memory cost in the versions table above; 2BW keeps at most two versions instead of up to p.
 #
 # %% [markdown]
 # ## 6 · Scale: GPT-3 175B on 1,024 A100s
@@ -313,8 +314,8 @@ print(tables.text_table(
 # ## 7 · Break it
 #
 # **GPipe runs out of memory** at scale (above): keeping 32 micro-batches of
-# activations per stage is far more than an A100's 80 GiB, while 1F1B with the same
-# bubble fits.
+# activations per stage is far more than an A100's 80 GiB, while 1F1B, with the same
+# bubble by the formula, fits.
 # And a distributed job breaks in a way one process never does: one rank fails and the
 # others wait for it forever. labkit's launcher reports which rank failed and why, and
 # kills a rank that hangs after a timeout, leaving no process behind (real runs):

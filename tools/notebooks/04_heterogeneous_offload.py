@@ -125,7 +125,9 @@ for store, (off, _, _) in results.items():
 # Is the simulator that predicts offload for real GPUs right? It can be checked on the one
 # machine where both run: measure this machine's memory-copy and disk bandwidth and each
 # layer's compute time, build a simulated machine from them, and replay vDNN's plan on the
-# same trace. Bytes moved must agree exactly:
+# same trace. The check uses a smaller calibration model than section 3's (2 layers,
+# d_model 64, s = 32, b = 4: `offload.calibrate.MODEL`), the same trace for the real and the
+# simulated run. Bytes moved must agree exactly:
 
 # %%
 from labkit.offload.calibrate import calibrate
@@ -139,7 +141,7 @@ assert all(r.measured_bytes == r.simulated_bytes for r in cal.rows)
 # Time and peak memory, measured beside simulated (wall clock, so not checked). The
 # replay has terms for the copies, the files and the compute; it has none for vDNN's own
 # software: the saved-tensor hooks, the bookkeeping per tensor and the hand-off to the
-# prefetch thread, which on this machine competes with compute for two cores. That cost is
+# prefetch thread, which on this machine competes with compute for this machine's cores. That cost is
 # **measured** here with the same offloader whose copies move nothing (`offload.overhead`),
 # and a second replay adds it to each offloaded tensor's forward and backward. Compare the
 # three figures for each store; on a loaded machine all of them swing from run to run.
@@ -415,9 +417,8 @@ print(f"paper: {headline('Mobius')['claim']}")
 # iteration, with the compute stream's gaps showing the stalls (predicted).
 #
 # Try first: with vDNN on the V100's own PCIe 3 link, raise the host link until vDNN costs
-# under 10% more than compute alone. It takes a link more than ten times faster than the
-# catalogue's fastest PCIe (PCIe 5 x16), most of the way to the V100's own memory
-# bandwidth: a target no host link meets teaches little. The
+# under 10% more than compute alone. It takes a link far faster than any PCIe in the
+# catalogue: a target no host link meets teaches little. The
 # checked task below sets a reachable one instead, where the answer needs two of this
 # notebook's lessons: the link sets the cost of moving activations (section 4), and choosing
 # *what* to move is worth a search (section 5). Set the controls, then press "Check my

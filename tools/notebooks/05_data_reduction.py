@@ -3,7 +3,8 @@
 #
 # **Why it matters.** The first instinct with too much data is to compress it. Model data
 # resists: weights, gradients, optimizer states and most activations are dense floating-point
-# numbers whose bytes look random, and a general-purpose compressor saves a few per cent.
+# numbers whose bytes look random, and a general-purpose compressor saves a few per cent in
+# fp32 and about a fifth in bf16.
 # Training reduces its data another way: it trades **compute** for memory (throw
 # activations away and recompute them in backward: Chen et al. 2016, Korthikanti et al.
 # 2022) or **precision** for memory (16-bit weights and activations: Micikevicius et al.
@@ -150,7 +151,7 @@ print(tradeoffs.selective_text(headline))
 # paper's 2.7% matches the last column, the core's forward *and* backward share of a step
 # (the last two columns are labkit's counts, for both rows);
 # re-running the core's forward once costs a third of that (the paper's own count of what
-# is repeated), and torch's early stop half as much again. All three are small against full
+# is repeated), and torch's early stop half of that. All three are small against full
 # recompute's third: that is the paper's point.
 #
 # What it costs on this CPU (wall clock, not checked):
@@ -258,7 +259,8 @@ print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
 # Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.
 # So `GradScaler` scales **dynamically**: when a step's gradients hold an inf it skips the
 # step and halves the scale. Started at 2²⁴, it skips steps until the scale is right, then
-# trains:
+# trains; when the gradients overflow again later, it skips and halves again (growth back up
+# waits for 2,000 clean steps, torch's default):
 
 # %%
 trace_over = precision.overflow_recovery(steps=30)
@@ -324,7 +326,8 @@ assert all(r.payload_bytes == r.predicted_bytes for r in stored)
 # %% [markdown]
 # ## 7 · Scale and design: a real model on a real GPU
 #
-# GPT-2 XL (1.56 bn parameters, s = 1,024) on an RTX 4090, a card sold as "24 GB" (predicted).
+# GPT-2 XL (about 1.56 bn parameters: its 24.9 GB of states below, at 16 B each;
+# s = 1,024) on an RTX 4090, a card sold as "24 GB" (predicted).
 # Capacities here are true capacities: a GPU sold as "24 GB" holds 24 GiB (2³⁰ bytes each),
 # and every fit below is judged against that; GB means 1e9 bytes. **Predict:** does it fit with
 # bf16 mixed precision and no recompute? With full recompute?

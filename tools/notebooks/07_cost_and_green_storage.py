@@ -144,8 +144,8 @@ print(f"ssd-offload  per parameter per step: NVMe read {ssd.nvme_read:.2f} B, NV
 # ## 4 · One model, three ways
 #
 # Llama-2 7B fine-tuned on 20 bn tokens on H100s, with 4 Mi-token batches, MFU 0.4 (an
-# assumption): all in HBM on as few GPUs as hold it, with DRAM offload (ZeRO-3 with the optimizer
-# on fewer, with SSD offload (states on NVMe) on fewest. The servers are DGX H100s, with the
+# assumption): all in HBM on as few GPUs as hold it, and with DRAM offload (ZeRO-3, optimizer on
+# the CPU) and SSD offload (states on NVMe), each on as few GPUs as hold it. The servers are DGX H100s, with the
 # DRAM and the eight 3.84 TB enterprise NVMe data drives their datasheet lists. **Predict**
 # (True or False, or "yes"/"no"): does offloading, on fewer GPUs, cost fewer dollars than all
 # in HBM when renting GPUs by the hour?
@@ -202,7 +202,7 @@ print(f"SSD offload over all in HBM: {small['ssd-offload'].time_s / small['hbm']
 # %% [markdown]
 # Now the GPUs wait on the drives: the SSD run takes longer, costs more GPU-hours and more
 # carbon, and spends a share of the drives' rated endurance on one fine-tuning run. Offload to
-# SSD pays when each step has compute to hide its traffic.
+# SSD costs no extra GPU-hours only when each step has compute to hide its traffic.
 #
 # ## 6 · Where the electricity comes from
 #
@@ -262,8 +262,8 @@ print(text_table(["what", "tier", "GB", "USD for the run", "kg CO2e for the run"
 # tonnes of CO2e (Touvron et al. 2023, Table 2; `datasets/published_runs.toml`). labkit
 # predicts the same runs (2 trillion tokens, all in HBM on 64 A100s in eight DGX A100s, MFU
 # 0.4, PUE and world grid as above; the paper gives no GPU count per model). The ratio of the
-# tonnes splits exactly into three factors: GPU-hours (labkit's MFU against the one Meta's
-# hours imply), energy per GPU-hour (labkit's whole server times PUE against Meta's power per
+# tonnes splits exactly into three factors: GPU-hours (the MFU Meta's hours imply against
+# labkit's assumed one), energy per GPU-hour (labkit's whole server times PUE against Meta's power per
 # GPU) and the grid (labkit's against the factor Meta's figures imply).
 
 # %%
@@ -283,8 +283,8 @@ for b in published.beside(pue=1.0, g_co2_per_kwh=meta_grid):
           + ", ".join(f"{k} {v:.2f}x" for k, v in b.factors.items()))
 
 # %% [markdown]
-# Reading the factors: labkit's GPU-hours differ from Meta's by the ratio of the MFU labkit
-# assumes to the MFU Meta's hours imply (labkit's FLOP count over GPU-hours at the A100's dense
+# Reading the factors: labkit's GPU-hours differ from Meta's by the ratio of the MFU Meta's
+# hours imply to the MFU labkit assumes (labkit's FLOP count over GPU-hours at the A100's dense
 # bf16 peak). Meta multiplies GPU-hours by one power per GPU; labkit counts the whole server
 # (GPUs at TDP while busy, the hosts' CPUs, links) and multiplies by the industry-average PUE,
 # so its energy per GPU-hour is higher. And Meta's tonnes imply one carbon factor for every

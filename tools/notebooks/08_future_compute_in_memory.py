@@ -83,7 +83,8 @@ print(text_table(["policy", "misses", "stall, us", "stall removed"],
 # Adam on 7 bn parameters whose states (fp32 master weights and two moments, 12 bytes per
 # parameter) live in host DRAM. The standard path moves them to the GPU and back; the
 # near-data path sends the gradients to the states and the updated 16-bit weights back.
-# First the bytes, measured on a real Adam step of the tiny GPT beside the formula:
+# First the bytes, measured on a real fp32 Adam step of the tiny GPT (4-byte gradients and
+# weights; the 7 bn case below is mixed precision, 2 + 2 bytes) beside the formula:
 
 # %%
 measured = near_data.measure_adam(Trainer(TrainConfig(model=GPTConfig(vocab_size=35, n_layer=2, d_model=32),
@@ -105,8 +106,9 @@ print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
 print(checks.reveal_claims({"near-data is faster": predicted_near_faster},
                            {"near-data is faster": paths.winner == "near-data"}))
 be = near_data.break_even_bandwidth("dram")
-print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth; for states on an SSD whose engine only gets "
-      f"the drive's own bandwidth, below {near_data.break_even_bandwidth('ssd') / 1e9:.1f} GB/s (predicted)")
+print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth (computed at 1 bn parameters); for states "
+      f"on an SSD whose engine only gets the drive's own bandwidth, below "
+      f"{near_data.break_even_bandwidth('ssd') / 1e9:.1f} GB/s (predicted)")
 
 # %% [markdown]
 # The step is memory-bound: it touches 28 bytes per parameter for a dozen FLOPs. Doing it

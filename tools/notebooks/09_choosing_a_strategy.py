@@ -69,7 +69,7 @@ print(checks.reveal_claims({"tensor parallel below ZeRO-3": predicted_tp_below_z
                             "one technique alone fits on the GPU": min(r.memory_bytes for r in rows) <= capacity}))
 
 # %% [markdown]
-# No single technique fits GPT-3 on 80 GB GPUs with 8 of them; combinations on many GPUs do.
+# No single technique fits GPT-3 on 80 GiB (A100-80GB) GPUs with 8 of them; combinations on many GPUs do.
 #
 # ## 3 · Whose gigabytes? Capacity and bytes per parameter
 #
@@ -224,8 +224,8 @@ from labkit.practice import design  # noqa: E402
 AdvisorPanel().set_task(design.task("09"))
 
 # %% [markdown]
-# The same from a terminal: `labkit advise --model llama2-70b --gpu H100-SXM --gpus 64
-# --batch 512 --seq 4096 --goal greenest --json`.
+# The task's question from a terminal, for one GPU count: `labkit advise --model llama2-70b
+# --gpu H100-SXM --gpus 1024 --batch 1024 --seq 4096 --goal fastest --json`.
 #
 # ## 9 · Check yourself
 
