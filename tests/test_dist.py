@@ -114,6 +114,9 @@ def test_an_interrupted_run_leaves_no_process_and_no_folder(tmp_path, monkeypatc
     import threading
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # dist.run's rendezvous folder goes here
+    # A Jupyter kernel turns SIGINT into KeyboardInterrupt; a test process started in the background by a
+    # non-interactive shell inherits SIGINT ignored, so install the kernel's behaviour for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.monotonic()
     timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))  # what the kernel's stop button sends
     timer.start()
@@ -122,6 +125,7 @@ def test_an_interrupted_run_leaves_no_process_and_no_folder(tmp_path, monkeypatc
             dist.run(dist.faulty_worker, 2, timeout=60, bad_rank=1, mode="hang")
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 30
     assert not _children()
     assert not list(tmp_path.glob("labkit-dist-*"))
