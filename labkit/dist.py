@@ -27,6 +27,7 @@ caller nor bound a hung worker by a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import os
@@ -115,7 +116,6 @@ def _worker(rank: int, job: _Job) -> None:
         except BaseException:
             failed_at = time.time()
             raise
-        dist.destroy_process_group()
         _write(out, ("ok", result))
     except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
         when = failed_at or time.time()
@@ -123,6 +123,10 @@ def _worker(rank: int, job: _Job) -> None:
         # collectives in flight; exiting closes the sockets, which tells the peers at once.
         _write(out, ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), when))
         os._exit(1)
+    # Reported before teardown: gloo's teardown aborts now and then (exit -6, about 1 run in 25
+    # here); the parent accepts a rank that reported "ok" whatever its exit code.
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
 
 
 def _stop(procs: list) -> None:
@@ -179,7 +183,7 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
             for sentinel in wait(list(pending), timeout=left):
                 rank = pending.pop(sentinel)
                 procs[rank].join(timeout=5)  # reap it, so its exit code is known
-                if procs[rank].exitcode != 0:
+                if procs[rank].exitcode != 0 and _status(workdir, rank) != "ok":
                     _wait_all(procs, FAILURE_GRACE_S)  # let the others report what they saw
                     _raise_first_failure(workdir, procs)
         return [pickle.loads((workdir / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
@@ -232,6 +236,11 @@ def _wait_all(procs: list, seconds: float) -> None:
         p.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
+def _status(workdir: Path, rank: int) -> str:
+    path = workdir / f"rank{rank}.pkl"  # what the rank reported: "ok", "error", or "missing"
+    return pickle.loads(path.read_bytes())[0] if path.exists() else "missing"
+
+
 def _raise_first_failure(workdir: Path, procs: list) -> None:
     """Raise for the rank that failed first: the others usually fail *because* it did.
 
@@ -244,7 +253,7 @@ def _raise_first_failure(workdir: Path, procs: list) -> None:
         status, *rest = pickle.loads(path.read_bytes()) if path.exists() else ("missing",)
         if status == "error":
             failures.append((rest[2], rank, rest[0], rest[1]))
-        elif p.exitcode not in (None, 0):  # died before reporting, or crashed after it
+        elif status != "ok" and p.exitcode not in (None, 0):  # died before reporting
             failures.append((0.0, rank, f"exited with code {p.exitcode} before reporting a result", ""))
     if not failures:
         raise WorkerError(-1, "a rank stopped without reporting a result", "")
@@ -274,25 +283,7 @@ def main_under_torchrun(fn: Callable[..., Any], **kwargs: Any) -> Any:
     return result
 
 
-def all_reduce_demo(rank: int, world_size: int, numel: int = 1024) -> dict[str, Any]:
-    """Each rank contributes ``rank + 1``; all-reduce sums them. A smoke test for a group."""
-    t = torch.full((numel,), float(rank + 1))
-    dist.all_reduce(t)
-    return {"rank": rank, "sum": float(t[0]), "expected": world_size * (world_size + 1) / 2, "pid": os.getpid()}
-
-
-def faulty_worker(rank: int, world_size: int, bad_rank: int = 1, mode: str = "raise") -> int:
-    """A worker that fails on purpose on ``bad_rank``: it raises, or it hangs, or it dies."""
-    if rank == bad_rank:
-        if mode == "raise":
-            raise ValueError(f"rank {rank} was told to fail")
-        if mode == "hang":
-            time.sleep(3600)
-        if mode == "die":
-            os._exit(3)
-    dist.barrier()
-    return rank
-
+from labkit.dist_workers import all_reduce_demo, faulty_worker  # noqa: E402, F401 - the demo workers, as before
 
 if __name__ == "__main__":  # torchrun --nproc-per-node N -m labkit.dist: a smoke test of the group
     main_under_torchrun(all_reduce_demo)
