@@ -19,7 +19,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # gloo ranks, a browser) spinning threads starve each other; the numbers do not change.
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: lab instructor serve test notebooks bench lint clean
+.PHONY: lab instructor serve test quick notebooks bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ serve:
 
 test: $(STAMP)
 	$(BIN)/python -m pytest --nbval -q
+
+# The quick tier: every test but real processes, notebooks and the browser (docs/architecture.md).
+quick: $(STAMP)
+	$(BIN)/python -m pytest tests -q -m "not procs and not notebook and not browser"
 
 notebooks: $(STAMP)
 	$(BIN)/python tools/build_notebooks.py $(ONLY)

@@ -4,7 +4,7 @@ Wall-clock times differ from machine to machine, so the targets live here, besid
 the figures, and the tests never check them:
 
 * a measured step (``labkit.measure.measure_step``) costs at most 2x a plain step;
-* the analytic model (``labkit.estimate``) predicts the model states of a real
+* the analytic model (``labkit.predict.estimate``) predicts the model states of a real
   micro-run exactly and its per-layer activations within a few per cent;
 * each notebook in ``labs/`` runs headless in under 120 s.
 """
@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.data import vocab_size
-from labkit.estimate import TrainingSetup, estimate_memory
 from labkit.measure import measure_step
-from labkit.model import GPTConfig
+from labkit.predict.estimate import TrainingSetup, estimate_memory
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig, Trainer
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 STATES = ("parameters", "gradients", "optimizer")

@@ -1,6 +1,6 @@
 """Published figures as data: ``datasets/references.toml``, loaded and checked.
 
-The analytic model (``labkit.estimate``) implements formulas; this module holds
+The analytic model (``labkit.predict.estimate``) implements formulas; this module holds
 the numbers papers print, so a test can compute a figure from the formula and
 compare it with the published one, and a notebook can cite it. Each entry keeps
 its source. Failure traces turn into rates per GPU-day: a job's expected

@@ -119,9 +119,9 @@ def copy_notebooks(src: Path, dst: Path) -> list[str]:
     """The student copies a learner gets from ``make lab`` (outputs cleared), made in ``dst``.
 
     Running them in the browser must not touch the committed files, and a student's page
-    starts with nothing revealed: exactly what :func:`labkit.course.make_student_copies` makes.
+    starts with nothing revealed: exactly what :func:`labkit.course.copies.make_student_copies` makes.
     """
-    from labkit.course import make_student_copies
+    from labkit.course.copies import make_student_copies
 
     return list(make_student_copies(src, dst).created)
 

@@ -43,3 +43,33 @@ def _torchrun(module: str, *args: str, nproc: int = 2, timeout: float = 120) -> 
 def torchrun():
     """``torchrun(module, *args, nproc=2)``: rank 0's result of a real torchrun job on loopback."""
     return _torchrun
+
+
+# Notebooks 01 and 02 import their exercise modules to register them; the tests do it once here.
+import labkit.inter_layer.exercises  # noqa: E402, F401
+import labkit.storage.exercises  # noqa: E402, F401
+
+# Test tiers (docs/architecture.md): `make quick` runs `-m "not procs and not notebook and not browser"`.
+PROCS = {  # test files that start real process groups, crash workers or subprocesses
+    "test_cli.py", "test_course.py", "test_dist.py", "test_inter_layer_pipeline.py", "test_inter_layer_zero.py",
+    "test_intra_layer_megatron.py", "test_lab.py", "test_lint.py", "test_resilience_checkpoint.py",
+    "test_resilience_crash.py", "test_resilience_failover.py",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, what in (("procs", "starts real processes (process groups, crash workers, subprocesses)"),
+                       ("notebook", "strict nbval of a notebook in labs/"),
+                       ("browser", "runs the lab in headless Chromium")):
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.notebook)
+        elif path.name == "test_browser.py":
+            item.add_marker(pytest.mark.browser)
+        elif path.name in PROCS or path.name.startswith("test_reliability_"):
+            item.add_marker(pytest.mark.procs)

@@ -1,7 +1,7 @@
-from labkit.activation_ledger import activation_ledger
 from labkit.measure import measure_step
-from labkit.model import GPTConfig
-from labkit.train import TrainConfig, Trainer
+from labkit.measure.activation_ledger import activation_ledger
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 
 def test_memtracker_after_forward_is_saved_tensors_plus_logits_and_loss() -> None:

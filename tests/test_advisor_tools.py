@@ -9,10 +9,10 @@ import labkit.advisor.exercises  # noqa: F401  (registers "09.*")
 from labkit.advisor import capstone, flow, search
 from labkit.advisor.costing import Layout
 from labkit.advisor.summary import summary, summary_table
-from labkit.checks import EXERCISES, check
 from labkit.errors import LabkitError
-from labkit.estimate import model_state_bytes
+from labkit.predict.estimate import model_state_bytes
 from labkit.shapes import model_shape
+from labkit.teach.checks import EXERCISES, check
 
 GPT3 = model_shape("gpt3-175b")
 

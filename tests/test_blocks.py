@@ -2,10 +2,10 @@
 
 import pytest
 
-from labkit.blocks import find_blocks, layer_of
 from labkit.errors import LabkitError
-from labkit.hf_models import build_model, small_spec
-from labkit.model import GPTConfig, TinyGPT
+from labkit.rig.blocks import find_blocks, layer_of
+from labkit.rig.model import GPTConfig, TinyGPT
+from labkit.shapes.hf_models import build_model, small_spec
 
 
 def test_finds_the_layers_of_tinygpt_gpt2_and_llama():

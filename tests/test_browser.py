@@ -202,17 +202,17 @@ def test_an_exercise_answered_in_the_page_shows_its_feedback(page: object, name:
     start = time.monotonic()
     try:
         page.evaluate(JS_OPEN, name)
-        cell = page.evaluate(JS_ADD_CELL, "from labkit import checks")
-        shown = _answer(page, cell, f'from labkit import checks\nchecks.check("{EXERCISE}", None)')
+        cell = page.evaluate(JS_ADD_CELL, "from labkit.teach import checks")
+        shown = _answer(page, cell, f'from labkit.teach import checks\nchecks.check("{EXERCISE}", None)')
         assert shown.startswith("Not answered yet."), shown
         assert "Hint" not in shown, f"a hint before any try: {shown!r}"
 
-        shown = _answer(page, cell, f'from labkit import checks\nchecks.check("{EXERCISE}", 1)')
+        shown = _answer(page, cell, f'from labkit.teach import checks\nchecks.check("{EXERCISE}", 1)')
         assert shown.startswith("Not quite: 1 is too low."), shown
         assert "Hint 1:" in shown and "Hint 2:" not in shown, f"one hint step after one wrong try: {shown!r}"
         assert "Worked answer" not in shown, f"the answer given away after one try: {shown!r}"
 
-        shown = _answer(page, cell, f'from labkit import checks\nchecks.check("{EXERCISE}", 2)')
+        shown = _answer(page, cell, f'from labkit.teach import checks\nchecks.check("{EXERCISE}", 2)')
         assert shown.startswith("Right: 2."), shown
         assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
     finally:

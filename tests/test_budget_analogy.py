@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labkit.budget_analogy import scaled_budget
 from labkit.errors import LabkitError
+from labkit.predict.budget_analogy import scaled_budget
 
 
 @given(st.integers(1, 10**12), st.integers(1, 10**13), st.integers(1_000, 10**9))
@@ -11,7 +11,7 @@ def test_the_micro_budget_keeps_the_real_ratio(capacity: int, states: int, micro
     b = scaled_budget(capacity, states, micro)
     exact = capacity / states * micro
     assert b.budget_bytes == max(1, round(exact))
-    assert b.budget_bytes == 1 or abs(b.micro_ratio - b.real_ratio) <= 0.5 / micro
+    assert b.budget_bytes == 1 or abs(b.micro_ratio - b.real_ratio) <= 0.5 / micro * (1 + 1e-9)
 
 
 def test_a_card_that_holds_a_quarter_of_the_states_gives_a_quarter_budget() -> None:

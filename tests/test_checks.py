@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labkit import checks
-from labkit.diagnose import diagnose, same_text
 from labkit.errors import LabkitError
-from labkit.reveal import reset_reveals
+from labkit.teach import checks
+from labkit.teach.diagnose import diagnose, same_text
+from labkit.teach.reveal import reset_reveals
 
 
 @pytest.fixture(autouse=True)

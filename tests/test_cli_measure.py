@@ -5,8 +5,8 @@ import json
 import pytest
 
 from labkit.cli import main
-from labkit.hf_config import shipped_configs
-from labkit.hf_models import small_spec
+from labkit.shapes.hf_config import shipped_configs
+from labkit.shapes.hf_models import small_spec
 
 
 @pytest.fixture

@@ -6,15 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.conventions import (
+from labkit.errors import LabkitError
+from labkit.predict.conventions import (
     BYTES_PER_PARAM,
     StateSetup,
     deepspeed_zero2_documented_bytes,
     in_units,
     model_states,
 )
-from labkit.errors import LabkitError
-from labkit.estimate import model_state_bytes
+from labkit.predict.estimate import model_state_bytes
 
 T5_3B, LAYER = 2851 * 10**6, 32 * 10**6  # DeepSpeed's memory.rst: "2851M total params, 32M largest layer params"
 
@@ -69,7 +69,7 @@ def test_deepspeed_zero3_needs_the_largest_layer():
 @settings(max_examples=100, deadline=None)
 @given(p=st.integers(1, 10**12), stage=st.integers(0, 3), dp=st.integers(1, 4096), mp=st.integers(1, 64))
 def test_zero_convention_is_the_estimate_module(p, stage, dp, mp):
-    """One formula: the zero convention without offload is labkit.estimate's ZeRO count, divided by tp x pp."""
+    """One formula: the zero convention without offload is labkit.predict.estimate's ZeRO count, divided by tp x pp."""
     ours = model_states(StateSetup(p, stage, dp, mp), "zero")
     ref = model_state_bytes(p, "bf16-mixed", stage, dp)
     assert ours.total == pytest.approx(sum(ref.values()) / mp, rel=1e-12) and ours.host_per_node == 0
@@ -89,7 +89,7 @@ def test_deepspeed_counts_at_least_zero_and_offload_only_shrinks_the_gpu(p, stag
 
 
 def test_published_rows_from_the_references_file():
-    from labkit.conventions import deepspeed_t5_3b, published_table
+    from labkit.predict.conventions import deepspeed_t5_3b, published_table
 
     rows = deepspeed_t5_3b()
     assert len(rows) == 4
@@ -99,7 +99,7 @@ def test_published_rows_from_the_references_file():
 
 
 def test_zero_offload_bytes_come_from_the_offload_model():
-    from labkit import offload_model as om
+    from labkit.predict import offload_model as om
 
     p, n = 10**9, 8
     two = model_states(StateSetup(p, 2, n, offload_optimizer="cpu", gpus_per_node=8), "zero")

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from labkit import checks, course
+from labkit.course import copies
 from labkit.errors import LabkitError
+from labkit.teach import checks, journal
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 
 
 def test_copies_clear_outputs_and_never_overwrite(tmp_path):
-    made = course.make_student_copies(LABS, tmp_path)
+    made = copies.make_student_copies(LABS, tmp_path)
     assert len(made.created) == len(list(LABS.glob("*.ipynb"))) and not made.kept
     nb = json.loads((tmp_path / "01_storage_challenges.ipynb").read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
@@ -25,14 +26,14 @@ def test_copies_clear_outputs_and_never_overwrite(tmp_path):
     assert any(c.get("outputs") for c in solved["cells"])  # labs/ keeps what nbval checks
     mine = tmp_path / "01_storage_challenges.ipynb"
     mine.write_text(mine.read_text().replace("import", "import  ", 1))
-    again = course.make_student_copies(LABS, tmp_path)
+    again = copies.make_student_copies(LABS, tmp_path)
     assert not again.created and "01_storage_challenges.ipynb" in again.kept
     assert "import  " in mine.read_text()
 
 
 def test_bad_source_folder_is_named(tmp_path):
     with pytest.raises(LabkitError, match="src must be a folder"):
-        course.make_student_copies(tmp_path / "nowhere", tmp_path / "out")
+        copies.make_student_copies(tmp_path / "nowhere", tmp_path / "out")
     env = os.environ | {"PYTHONPATH": str(LABS.parent)}
     out = subprocess.run([sys.executable, "-m", "labkit.course", "copies", "--src", str(tmp_path), "--dst",
                           str(tmp_path / "o")], capture_output=True, text=True, env=env)  # fmt: skip
@@ -40,7 +41,7 @@ def test_bad_source_folder_is_named(tmp_path):
 
 
 def test_answers_are_exported_with_verdicts(tmp_path):
-    course.ANSWERS.clear()
+    journal.ANSWERS.clear()
     checks.reset_attempts()
     checks.check("01.bytes_per_param", 18)
     checks.check("01.bytes_per_param", 16)

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from labkit import data
 from labkit.errors import LabkitError
-from labkit.model import GPTConfig
-from labkit.train import TrainConfig, Trainer
+from labkit.rig import data
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 TINY = GPTConfig(vocab_size=35, seq_len=32, n_layer=1, n_head=2, d_model=32)
 

@@ -35,7 +35,7 @@ def test_offload_needs_fewer_gpus_and_each_fits(runs70):
 
 def test_compute_time_is_flops_over_gpus_peak_and_mfu():
     p = strategies.plan("hbm", L7, "H100-SXM", gpus=8)
-    from labkit.estimate import training_flops
+    from labkit.predict.estimate import training_flops
 
     flops = training_flops(L7, 4096, 1) * strategies.BATCH_TOKENS / 4096
     assert p.compute_s == pytest.approx(flops / (8 * 989.4e12 * 0.4))

@@ -12,8 +12,8 @@ from labkit.economics import capital, grid, holding, published, run, strategies
 from labkit.economics.measured import measure_gemm_bytes
 from labkit.economics.traffic import gemm_traffic, layer_gemms
 from labkit.errors import LabkitError
-from labkit.estimate import forward_flops
-from labkit.model import GPTConfig
+from labkit.predict.estimate import forward_flops
+from labkit.rig.model import GPTConfig
 from labkit.shapes import model_names, model_shape
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.errors import LabkitError
-from labkit.estimate import (
+from labkit.predict.estimate import (
     PRECISIONS,
     TrainingSetup,
     activation_bytes_per_layer,

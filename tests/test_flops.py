@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from labkit.estimate import training_flops
-from labkit.hf_models import build_model, small_spec
 from labkit.measure import fused_training_flops, measure_flops
-from labkit.model import GPTConfig
+from labkit.predict.estimate import training_flops
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig, Trainer
+from labkit.shapes.hf_models import build_model, small_spec
 
 
 def test_tiny_gpt_fused_attention_counted_exactly():

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.data import vocab_size
 from labkit.errors import LabkitError
 from labkit.future.hierarchy import Hierarchy, compare, record_trace, replay, scaled
 from labkit.measure import measure_flops, measure_step
-from labkit.model import GPTConfig
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 
 def _trainer() -> Trainer:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.data import vocab_size
 from labkit.errors import LabkitError
 from labkit.future.near_data import adam_bytes_touched, adam_paths, break_even_bandwidth, measure_adam, sweep
-from labkit.model import GPTConfig
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 
 @pytest.mark.parametrize("precision, grad, near", [("fp32", 4, 8), ("bf16-mixed", 2, 4)])

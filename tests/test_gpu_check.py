@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from labkit.gpu_check import catalogue_gpu, main
+from labkit.measure.gpu_check import catalogue_gpu, main
 
 
 @pytest.mark.parametrize("cuda_name, entry", [

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.hf_config import FAMILIES, from_config, shape_from_hf_config, shipped_configs
-from labkit.hf_models import build_model, count_parameters
+from labkit.shapes.hf_config import FAMILIES, from_config, shape_from_hf_config, shipped_configs
+from labkit.shapes.hf_models import build_model, count_parameters
 
 PUBLISHED = {  # parameter counts the model cards and papers print, for the shipped files
     "gpt2": 124_439_808, "llama-2-7b": 6_738_415_616, "llama-2-70b": 68_976_648_192,

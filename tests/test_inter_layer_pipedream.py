@@ -11,7 +11,7 @@ import torch
 from labkit.errors import LabkitError
 from labkit.inter_layer import pipedream as pd
 from labkit.inter_layer import pipedream_runs as pdr
-from labkit.model import count_parameters
+from labkit.rig.model import count_parameters
 from labkit.sim import schedule
 
 MINIBATCHES = {2: 16, 4: 32}

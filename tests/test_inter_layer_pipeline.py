@@ -26,8 +26,8 @@ from labkit.inter_layer.pipeline import (
     timeline_of,
     train_pipeline,
 )
-from labkit.plots import gantt
 from labkit.sim import peak_in_flight, schedule
+from labkit.teach.plots import gantt
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = {"d_model": 128, "n_head": 4, "seq_len": 64}  # micro-batches big enough that compute outweighs messaging

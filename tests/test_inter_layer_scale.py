@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from labkit import hardware
-from labkit.estimate import TrainingSetup, forward_flops
 from labkit.inter_layer.panel import PipelinePanel
 from labkit.inter_layer.scale import plan, stage_times, zero_step_seconds
+from labkit.predict.estimate import TrainingSetup, forward_flops
 from labkit.shapes import model_shape
 
 GPT3 = model_shape("gpt3-175b")

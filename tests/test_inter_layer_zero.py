@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.estimate import model_state_bytes, zero_communication_elements
 from labkit.inter_layer import zero
+from labkit.predict.estimate import model_state_bytes, zero_communication_elements
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 5

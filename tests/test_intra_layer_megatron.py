@@ -14,7 +14,7 @@ import torch
 
 from labkit.errors import LabkitError
 from labkit.intra_layer import megatron
-from labkit.model import TinyGPT, count_parameters
+from labkit.rig.model import TinyGPT, count_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = [{"sp": False, "steps": 2}, {"sp": True, "steps": 2},

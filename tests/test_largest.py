@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.conventions import StateSetup, model_states
 from labkit.errors import LabkitError
 from labkit.hardware import gpu
-from labkit.largest import largest_params, table2_text, zero_table2_reproduced
+from labkit.predict.conventions import StateSetup, model_states
+from labkit.predict.largest import largest_params, table2_text, zero_table2_reproduced
 
 ROWS = zero_table2_reproduced()
 

@@ -1,11 +1,9 @@
-"""Measured beside predicted: real steps of the tiny GPT against labkit.estimate."""
+"""Measured beside predicted: real steps of the tiny GPT against labkit.predict.estimate."""
 
 import pytest
 import torch
 
 from labkit.bench import MICRO_CONFIGS, MicroConfig
-from labkit.compare import layer_comparison, memory_comparison, setup_for
-from labkit.estimate import training_flops
 from labkit.measure import (
     SavedTensorRecorder,
     measure_flops,
@@ -15,9 +13,11 @@ from labkit.measure import (
     phase_memory,
     unique_bytes,
 )
-from labkit.model import GPTConfig, TinyGPT
+from labkit.measure.compare import layer_comparison, memory_comparison, setup_for
+from labkit.predict.estimate import training_flops
+from labkit.rig.model import GPTConfig, TinyGPT
+from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig, Trainer
 
 assert len(MICRO_CONFIGS) >= 10
 assert {c.precision for c in MICRO_CONFIGS} >= {"fp32", "bf16-mixed"}
@@ -38,7 +38,7 @@ def test_model_states_exact_and_activations_within_2_percent(c):
     states = {r.name: r for r in comp.rows}
     for name in ("parameters", "gradients", "optimizer states"):
         assert states[name].measured == states[name].predicted, name
-    from labkit.estimate import estimate_memory
+    from labkit.predict.estimate import estimate_memory
 
     per_layer = estimate_memory(setup).activations_per_layer_bytes
     for measured in step.activations_per_layer():

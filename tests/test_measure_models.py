@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _ModState
 
-from labkit.activation_options import ActivationOptions, activation_bytes_hf
 from labkit.errors import LabkitError
-from labkit.hf_models import build_model, small_spec
 from labkit.measure import SHARED, measure_model, measure_step, memtracker_peak, whole_step_peak
-from labkit.model import GPTConfig
-from labkit.train import TrainConfig, Trainer
+from labkit.predict.activation_options import ActivationOptions, activation_bytes_hf
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
+from labkit.shapes.hf_models import build_model, small_spec
 
 B, S = 2, 16
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from labkit.errors import LabkitError
-from labkit.model import GPTConfig, TinyGPT, count_parameters
+from labkit.rig.model import GPTConfig, TinyGPT, count_parameters
 
 SMALL = dict(vocab_size=35, seq_len=16, n_layer=1, n_head=2, d_model=32)
 
@@ -57,7 +57,7 @@ def test_too_long_sequence_is_refused():
 
 
 def test_config_from_names_unknown_fields_and_refuses_dropout_when_asked():
-    from labkit.model import config_from
+    from labkit.rig.model import config_from
 
     assert config_from({"d_model": 32, "n_head": 2}, {"n_layer": 3}).n_layer == 3
     with pytest.raises(LabkitError, match="unknown field.*layers: allowed vocab_size"):

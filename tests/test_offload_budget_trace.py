@@ -5,11 +5,11 @@ import pytest
 from labkit.errors import LabkitError
 from labkit.hardware import gpu
 from labkit.measure import measure_step
-from labkit.model import GPTConfig
 from labkit.offload.budget import DeviceOutOfMemory, budgeted_step, model_state_bytes, scaled_capacity
 from labkit.offload.trace import prefetch_plan, repeats, trace_iterations, trace_step
 from labkit.offload.vdnn import Offloader, offloaded_step
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 CFG = TrainConfig(model=GPTConfig(vocab_size=35, seq_len=32, n_layer=2, n_head=4, d_model=32), batch_size=4)
 

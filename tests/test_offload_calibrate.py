@@ -75,7 +75,7 @@ def test_null_offloader_moves_no_bytes_and_keeps_the_gradients():
     from labkit.offload.overhead import NullOffloader
     from labkit.offload.trace import trace_step
     from labkit.offload.vdnn import offloaded_forward_backward
-    from labkit.train import TrainConfig, Trainer, seed_everything
+    from labkit.rig.train import TrainConfig, Trainer, seed_everything
 
     cfg = TrainConfig(batch_size=2)
     plain, null = Trainer(cfg), Trainer(cfg)

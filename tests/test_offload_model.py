@@ -1,4 +1,4 @@
-"""labkit.offload_model: the one source of the offload strategies' bytes, and the modules that must agree with it."""
+"""predict.offload_model: the one source of the offload strategies' bytes, and the modules that must agree with it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from labkit import offload_model as om
 from labkit.errors import LabkitError
+from labkit.predict import offload_model as om
 
 
 def test_published_figures() -> None:
@@ -70,7 +70,7 @@ def test_offload_modules_use_it() -> None:
     assert budget.BYTES_PER_PARAM == om.ZERO3.gpu_bytes_per_param(1)
 
 
-SWITCH = ("{module} must map its offload strategies to labkit.offload_model (OFFLOAD_MODELS) and take its bytes "
+SWITCH = ("{module} must map its offload strategies to predict.offload_model (OFFLOAD_MODELS) and take its bytes "
           "from there; until it does, this module and labkit.offload disagree (issue 14)")
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from labkit.errors import LabkitError
-from labkit.model import GPTConfig
 from labkit.offload.trace import trace_step
 from labkit.offload.vdnn import (
     OffloadDiskFull,
@@ -22,7 +21,8 @@ from labkit.offload.vdnn import (
     stall_seconds,
     timed,
 )
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 
 def _cfg(precision="fp32"):

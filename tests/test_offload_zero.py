@@ -12,8 +12,8 @@ from labkit.offload.disk import DiskStore
 from labkit.offload.infinity_scale import dgx2_fit
 from labkit.offload.zero_infinity import ZeroInfinityTrainer, io_bytes_per_step, run_zero_infinity
 from labkit.offload.zero_offload import largest_model, largest_model_table, run_zero_offload, step_time
+from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import model_shape
-from labkit.train import TrainConfig, Trainer
 
 STEPS = 3
 CFG = TrainConfig(precision="bf16-mixed")

@@ -1,4 +1,4 @@
-from labkit import plots
+from labkit.teach import plots
 
 
 def test_wrapped_labels_break_into_lines_and_unwrapped_ones_stay() -> None:

@@ -10,8 +10,6 @@ from labkit import practice
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from instructor.key import REFERENCES  # noqa: E402
 
-practice._load()
-
 
 def _stub(*args, **kwargs):
     raise NotImplementedError
@@ -126,17 +124,15 @@ REASONING = {
 
 
 def test_every_notebook_has_a_reasoning_exercise():
-    from labkit import checks
+    from labkit.teach import checks
 
-    practice._load()
     assert {k[:2] for k in checks.EXERCISES if ".reason." in k} == {f"0{i}" for i in range(1, 10)}
 
 
 @pytest.mark.parametrize("key, named", sorted(REASONING.items()))
 def test_reasoning_shortcuts_are_diagnosed(key, named):
-    from labkit import checks
+    from labkit.teach import checks
 
-    practice._load()
     ex = checks.EXERCISES[key]
     assert checks.check(key, ex.answer())
     wrong = next(m for m in ex.mistakes if named in m.name)
@@ -145,31 +141,30 @@ def test_reasoning_shortcuts_are_diagnosed(key, named):
 
 
 def test_reasoning_unit_slips_are_diagnosed():
-    from labkit import checks
+    from labkit.teach import checks
 
-    practice._load()
     share = checks.EXERCISES["05.reason.selective_share"].answer()
     assert "percentage" in checks.check("05.reason.selective_share", 100 * share).diagnosis
     assert "1e9" in checks.check("01.reason.batch8_extra_gb", 1e9 * _extra()).diagnosis
 
 
 def _extra():
-    from labkit import checks
+    from labkit.teach import checks
 
     return checks.EXERCISES["01.reason.batch8_extra_gb"].answer()
 
 
 def _all_exercises():
-    from labkit import checks, course
+    from labkit.course import guide
+    from labkit.teach import checks
 
-    course.exercise_table()  # imports every topic's exercises
-    practice._load()
+    guide.exercise_table()  # imports every topic's exercises
     return checks.EXERCISES
 
 
 @pytest.mark.parametrize("key", sorted(_all_exercises()))
 def test_every_known_mistake_gets_its_own_diagnosis(key):
-    from labkit import checks
+    from labkit.teach import checks
 
     ex = checks.EXERCISES[key]
     right = ex.answer()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from labkit import hardware
 from labkit.errors import LabkitError
-from labkit.estimate import (
+from labkit.predict.estimate import (
     PRECISIONS,
     RECOMPUTE,
     TrainingSetup,

@@ -19,8 +19,8 @@ from labkit.reduction.precision import (
     precision_runs,
     precision_trainer,
 )
+from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig, Trainer
 
 CFG = micro_model(d_model=32, seq_len=16)
 BATCH = 2

@@ -9,9 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.data import vocab_size
 from labkit.errors import LabkitError
-from labkit.model import GPTConfig
 from labkit.reduction.optim8bit import (
     AdamW8bit,
     compare_optimizers,
@@ -37,7 +35,9 @@ from labkit.reduction.weight_quant import (
     measure_storage,
     weight_bytes,
 )
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 # smaller than notebook 05's micro_train_config, one thread: fast on a shared 2-core machine
 CFG = TrainConfig(model=GPTConfig(vocab_size=vocab_size(), seq_len=16, n_layer=2, n_head=4, d_model=32),

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.errors import LabkitError
-from labkit.estimate import training_flops
-from labkit.model import GPTConfig, TinyGPT
+from labkit.predict.estimate import training_flops
 from labkit.reduction.checkpoint_plan import (
     LayerTrace,
     check_peak,
@@ -32,8 +31,9 @@ from labkit.reduction.recompute import (
     run_plan,
     uniform_plan,
 )
+from labkit.rig.model import GPTConfig, TinyGPT
+from labkit.rig.train import TrainConfig
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig
 
 CFG = GPTConfig(vocab_size=35, seq_len=16, n_layer=4, n_head=2, d_model=32, dropout=0.1)
 TRAIN = TrainConfig(model=CFG, batch_size=2, threads=1)

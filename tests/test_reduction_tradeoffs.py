@@ -6,9 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit import checks
-from labkit.estimate import training_flops
-from labkit.model import GPTConfig
+from labkit.predict.estimate import training_flops
 from labkit.reduction import exercises  # noqa: F401  (registers the 05.* exercises)
 from labkit.reduction.design import evaluate, sqrt_segment
 from labkit.reduction.recompute import compare_plans
@@ -22,8 +20,10 @@ from labkit.reduction.tradeoffs import (
     selective_text,
     selective_tradeoff,
 )
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig
 from labkit.shapes import ModelShape, model_shape
-from labkit.train import TrainConfig
+from labkit.teach import checks
 
 CFG = GPTConfig(vocab_size=35, seq_len=16, n_layer=4, n_head=2, d_model=32, dropout=0.1)
 TRAIN = TrainConfig(model=CFG, batch_size=2, threads=1)

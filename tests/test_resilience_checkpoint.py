@@ -24,7 +24,7 @@ from labkit.resilience.manifest import MANIFEST, commit, sha256_file
 from labkit.resilience.peer import peer_worker
 from labkit.resilience.state import digest, flat_state, rng_key
 from labkit.resilience.worker import micro_config
-from labkit.train import Trainer, parameters_equal
+from labkit.rig.train import Trainer, parameters_equal
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
 from labkit.errors import LabkitError
-from labkit.plots import gantt
 from labkit.sim import (
     KINDS,
     Action,
@@ -25,6 +24,7 @@ from labkit.sim import (
     simulate_pipeline,
     torch_order,
 )
+from labkit.teach.plots import gantt
 
 ts = pytest.importorskip("torch.distributed.pipelining.schedules")
 

@@ -1,8 +1,8 @@
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.state_conventions import CONVENTIONS, measure_update_states
-from labkit.train import TrainConfig, Trainer
+from labkit.measure.state_conventions import CONVENTIONS, measure_update_states
+from labkit.rig.train import TrainConfig, Trainer
 
 
 def test_the_three_conventions_are_16_18_and_20() -> None:

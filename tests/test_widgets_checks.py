@@ -2,11 +2,11 @@
 
 import pytest
 
-from labkit import checks
 from labkit.errors import LabkitError
 from labkit.intra_layer import exercises as _exercises_03  # noqa: F401 - registers the 03.* exercises
-from labkit.tables import estimate_table, text_table
-from labkit.widgets import MemoryPanel
+from labkit.predict.tables import estimate_table, text_table
+from labkit.teach import checks
+from labkit.teach.widgets import MemoryPanel
 
 
 def test_panel_reports_fit_and_redraws_on_change():

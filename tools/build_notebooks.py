@@ -6,6 +6,7 @@ what learners open and what strict nbval checks. Cells start with ``# %%`` (code
 
     python tools/build_notebooks.py            # build and execute every notebook
     python tools/build_notebooks.py 01         # only those whose name contains "01"
+    python tools/build_notebooks.py 01 --out /tmp/try   # a trial run: write there, leave labs/ alone
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ def parse(text: str) -> nbformat.NotebookNode:
     return nb
 
 
-def build(source: Path) -> Path:
+def build(source: Path, out: Path = LABS) -> Path:
     nb = parse(source.read_text())
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(LABS)}}).execute()
-    target = LABS / f"{source.stem}.ipynb"
+    out.mkdir(parents=True, exist_ok=True)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(out)}}).execute()
+    target = out / f"{source.stem}.ipynb"
     nbformat.write(nb, target)
     print(f"{target.name}: slowest cells", ", ".join(f"#{i} {t:.1f} s" for t, i in slowest(nb)))
     return target
@@ -71,7 +73,13 @@ def slowest(nb: nbformat.NotebookNode, n: int = 5) -> list[tuple[float, int]]:
 
 
 if __name__ == "__main__":
-    pattern = sys.argv[1] if len(sys.argv) > 1 else ""
+    args = sys.argv[1:]
+    out = LABS
+    if "--out" in args:
+        i = args.index("--out")
+        out = Path(args[i + 1]).resolve()
+        del args[i:i + 2]
+    pattern = args[0] if args else ""
     for src in sorted(SOURCES.glob("*.py")):
         if pattern in src.stem:
-            print("built", build(src).relative_to(ROOT))
+            print("built", build(src, out))

@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 test -x "$PY" || PY=python3
-exec "$PY" -m labkit.gpu_check "$@"
+exec "$PY" -m labkit.measure.gpu_check "$@"

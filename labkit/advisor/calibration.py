@@ -22,8 +22,8 @@ from pathlib import Path
 from labkit.advisor import costing, search
 from labkit.advisor.costing import Layout
 from labkit.errors import read_toml, require_choice
+from labkit.predict.tables import text_table
 from labkit.shapes import ModelShape
-from labkit.tables import text_table
 
 DATA = Path(__file__).resolve().parents[2] / "datasets" / "narayanan_sc21.toml"
 TABLES = ("table1", "table2")

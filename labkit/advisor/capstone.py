@@ -19,8 +19,8 @@ from functools import lru_cache
 from labkit.advisor import costing, search
 from labkit.advisor.costing import Layout, Plan
 from labkit.errors import LabkitError, require_positive
-from labkit.estimate import training_flops
 from labkit.hardware import GB
+from labkit.predict.estimate import training_flops
 from labkit.shapes import ModelShape, model_shape
 
 HINTS = {

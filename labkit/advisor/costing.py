@@ -1,9 +1,9 @@
 """One layout on one machine: memory per GPU, step time, dollars and carbon, from the validated models.
 
-Memory is ``labkit.estimate.estimate_memory`` (ZeRO, SC 2020; Korthikanti et al. 2022; 1F1B
+Memory is ``labkit.predict.estimate.estimate_memory`` (ZeRO, SC 2020; Korthikanti et al. 2022; 1F1B
 keeps p micro-batches and the interleaved schedule a little more, Narayanan et al. 2021), with
 two changes it does not model itself: 8-bit Adam moments (``reduction.design.optimizer_state_bytes``,
-Dettmers et al., ICLR 2022) and offload, whose bytes come from ``labkit.offload_model``, the one
+Dettmers et al., ICLR 2022) and offload, whose bytes come from ``labkit.predict.offload_model``, the one
 source the economics and offload modules use too (``OFFLOAD_MODELS``): ZeRO-Offload on ZeRO-2
 (Ren et al., ATC 2021), the same host side on ZeRO-3 (DeepSpeed's ``offload_optimizer`` with
 stage 3), and ZeRO-Infinity on ZeRO-3 (Rajbhandari et al., SC 2021: every state on NVMe, two
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from labkit import hardware
-from labkit import offload_model as om
 from labkit.advisor import steptime
 from labkit.advisor.machine import DEFAULT_HEADROOM, Machine, machine
 from labkit.economics import capital, energy, grid
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
 from labkit.hardware import GB, transfer_time
+from labkit.predict import offload_model as om
+from labkit.predict.estimate import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
 from labkit.reduction.design import optimizer_state_bytes
 from labkit.shapes import ModelShape
 
@@ -46,7 +46,7 @@ TIMES = steptime.TIMES
 
 
 def offload_model(offload: str, zero_stage: int) -> om.OffloadModel | None:
-    """The ``labkit.offload_model`` strategy a layout's offload runs (None without offload)."""
+    """The ``labkit.predict.offload_model`` strategy a layout's offload runs (None without offload)."""
     if offload == "none":
         return None
     if offload == "dram" and zero_stage == 3:

@@ -1,4 +1,4 @@
-"""Self-check exercises of notebook 09, registered with ``labkit.checks`` when imported.
+"""Self-check exercises of notebook 09, registered with ``labkit.teach.checks`` when imported.
 
 Every answer is computed by the advisor's models on the capstone's task (GPT-3 175B, 1,024
 A100-80GB, global batch 1,536, seq 2,048), never stored.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from labkit.advisor import capstone, costing, search
 from labkit.advisor.costing import Layout
-from labkit.checks import Exercise, register
 from labkit.shapes import model_shape
+from labkit.teach.checks import Exercise, register
 
 TASK = capstone.GPT3_TASK
 # Megatron-LM's example configuration (examples/pretrain_gpt3_175B.sh): 128 nodes x 8 GPUs, tp 8, pp 16.

@@ -25,8 +25,8 @@ from matplotlib.patches import FancyBboxPatch
 
 from labkit.advisor.costing import Layout, Plan
 from labkit.advisor.search import Advice
-from labkit.estimate import model_state_bytes
 from labkit.hardware import GB
+from labkit.predict.estimate import model_state_bytes
 from labkit.shapes import ModelShape, model_shape
 
 LIT, DIM, INK = "#e6550d", "#bdbdbd", "#636363"

@@ -17,7 +17,7 @@ from labkit.advisor import flow, search
 from labkit.advisor.report import plans_table
 from labkit.errors import LabkitError
 from labkit.shapes import model_names, model_shape
-from labkit.widgets import Panel, fit_html
+from labkit.teach.widgets import Panel, fit_html
 
 
 class AdvisorPanel(Panel):

@@ -15,7 +15,7 @@ from labkit.advisor.costing import TIMES, Plan
 from labkit.advisor.search import TIE_WITHIN, Advice
 from labkit.errors import LabkitError
 from labkit.hardware import GB
-from labkit.tables import text_table
+from labkit.predict.tables import text_table
 
 MEMORY_PARTS = ("parameters", "gradients", "optimizer", "activations")
 

@@ -34,8 +34,8 @@ from labkit.advisor import costing
 from labkit.advisor.costing import GOALS, OFFLOAD_STAGE, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import RECOMPUTE
 from labkit.hardware import GB
+from labkit.predict.estimate import RECOMPUTE
 from labkit.shapes import ModelShape, model_shape
 
 MICRO_BATCHES = (1, 2, 4, 8)

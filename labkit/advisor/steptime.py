@@ -33,15 +33,15 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
   100 GB/s on 3 nodes of A100 with HDR InfiniBand: nccl-tests issue 119);
 * the optimizer: Adam reads and writes the fp32 master weights and both moments and reads the
   gradients of its shard, at HBM speed (``kernels.stream_seconds``); on the CPU for offload;
-* offload: the bytes of ``labkit.offload_model`` over PCIe and the host's NVMe drives, not
+* offload: the bytes of ``labkit.predict.offload_model`` over PCIe and the host's NVMe drives, not
   overlapped (a conservative bound).
 """
 
 from __future__ import annotations
 
 from labkit.advisor import kernels
-from labkit.estimate import PRECISIONS
 from labkit.hardware import Link, transfer_time
+from labkit.predict.estimate import PRECISIONS
 
 NVLINK_BUS_EFFICIENCY = 200 / 300
 NETWORK_BUS_EFFICIENCY = 0.848

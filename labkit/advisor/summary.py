@@ -29,13 +29,13 @@ from labkit.advisor import costing
 from labkit.advisor.costing import Layout
 from labkit.economics import strategies
 from labkit.errors import LabkitError, require_positive
-from labkit.estimate import TrainingSetup, estimate_memory, zero_communication_elements
 from labkit.hardware import GB, load_catalogue
 from labkit.intra_layer import costs
+from labkit.predict.estimate import TrainingSetup, estimate_memory, zero_communication_elements
+from labkit.predict.tables import text_table
 from labkit.reduction.design import extra_compute
 from labkit.shapes import ModelShape, model_shape
 from labkit.sim import bubble_fraction
-from labkit.tables import text_table
 
 
 @dataclass(frozen=True)

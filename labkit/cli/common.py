@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import ZERO_STAGES
+from labkit.predict.estimate import ZERO_STAGES
 
 
 def parse_int(field: str, text: str, *, positive: bool = True) -> int:

@@ -1,10 +1,10 @@
 """``labkit estimate``: the per-device memory of one training setup, or the largest model that fits.
 
-Model states follow a named convention (``labkit.conventions``): ``zero`` (ZeRO's 16 bytes per
+Model states follow a named convention (``labkit.predict.conventions``): ``zero`` (ZeRO's 16 bytes per
 parameter, GB = 1e9) or ``deepspeed`` (the arithmetic of DeepSpeed's estimators: 18 bytes per
 parameter partitioned, a ZeRO-3 gather buffer of 4 bytes x the largest layer, GiB = 2**30), with
 the optimizer and the parameters offloaded to the CPU or not. ``--largest`` answers the largest
-parameter count whose model states fit the GPU (``labkit.largest``). Fit verdicts use the GPU's
+parameter count whose model states fit the GPU (``labkit.predict.largest``). Fit verdicts use the GPU's
 true capacity unless ``--capacity nominal`` asks for the marketed figure (ZeRO's tables use it).
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 from labkit.cli.common import parse_int, parse_zero, table
 from labkit.cli.shape_args import SHAPE_FLAGS, add_shape_flags, shape_from_args
-from labkit.conventions import CONVENTIONS, DEFAULT_UNITS, OFFLOAD_DEVICES, UNITS, StateSetup, model_states
 from labkit.errors import LabkitError, require_choice
-from labkit.estimate import ATTENTION, PRECISIONS, RECOMPUTE, TrainingSetup, estimate_memory, model_state_bytes
-from labkit.largest import largest_params
+from labkit.predict.conventions import CONVENTIONS, DEFAULT_UNITS, OFFLOAD_DEVICES, UNITS, StateSetup, model_states
+from labkit.predict.estimate import ATTENTION, PRECISIONS, RECOMPUTE, TrainingSetup, estimate_memory, model_state_bytes
+from labkit.predict.largest import largest_params
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "gather_buffer", "activations", "total")
 CAPACITIES = ("true", "nominal")
@@ -70,7 +70,7 @@ def _states(params: int, precision: str, lay: dict[str, Any]) -> tuple[dict[str,
     """Per-GPU state bytes by category and host bytes per node, under the layout's convention."""
     plain = lay["convention"] == "zero" and lay["offload_optimizer"] == lay["offload_param"] == "none"
     mp, stage = lay["tp"] * lay["pp"], lay["zero_stage"]
-    if plain:  # ZeRO's count from labkit.estimate, any precision
+    if plain:  # ZeRO's count from labkit.predict.estimate, any precision
         per = {k: v / mp for k, v in model_state_bytes(params, precision, stage, lay["dp"]).items()}
         return per | {"gather_buffer": 4.0 * lay["largest_layer"] if stage == 3 else 0.0}, 0.0
     if precision not in ("bf16-mixed", "fp16-mixed"):

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(a: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from labkit.own_model import compare_model
+    from labkit.measure.own_model import compare_model
 
     batch, seq = parse_int("batch", a.batch), parse_int("seq", a.seq)
     layers = parse_int("layers", a.layers) if a.layers is not None else None

@@ -29,7 +29,7 @@ def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
     if hf is not None:
         if a.params is not None or a.model or custom:
             raise LabkitError("hf_config must be given alone: not with --model, --params or the shape flags")
-        from labkit.hf_config import shape_from_hf_config
+        from labkit.shapes.hf_config import shape_from_hf_config
 
         return shape_from_hf_config(hf)
     if a.params is not None:

@@ -1,9 +1,9 @@
-"""Self-check exercises of notebook 07, registered with ``labkit.checks`` when imported."""
+"""Self-check exercises of notebook 07, registered with ``labkit.teach.checks`` when imported."""
 
 from __future__ import annotations
 
-from labkit.checks import Exercise, register
 from labkit.economics import capital, energy, grid, wear
+from labkit.teach.checks import Exercise, register
 
 
 def _hbm_over_ssd() -> float:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from labkit.model import GPTConfig, TinyGPT
+from labkit.rig.model import GPTConfig, TinyGPT
 
 _ATEN = torch.ops.aten
 

@@ -20,7 +20,7 @@ from labkit.economics.run import RunCost, compare
 from labkit.economics.strategies import BATCH_TOKENS, STRATEGIES
 from labkit.errors import LabkitError, require_choice
 from labkit.shapes import model_names, model_shape
-from labkit.widgets import DesignTask, Panel, fit_html
+from labkit.teach.widgets import DesignTask, Panel, fit_html
 
 CUSTOM = "custom"
 _BARS = (("days", "days", 1.0), ("cloud_usd", "rented, k$", 1e-3), ("facility_kwh", "facility, MWh", 1e-3),

@@ -23,7 +23,7 @@ from pathlib import Path
 from labkit import hardware
 from labkit.economics import run
 from labkit.errors import LabkitError, read_toml
-from labkit.estimate import training_flops
+from labkit.predict.estimate import training_flops
 from labkit.shapes import model_shape
 
 RUNS_FILE = Path(__file__).resolve().parent.parent.parent / "datasets" / "published_runs.toml"

@@ -1,6 +1,6 @@
 """Where the model states live, how many GPUs that takes, and how long a step lasts: three strategies.
 
-The bytes come from ``labkit.offload_model``, the one source the offload notebook and the advisor
+The bytes come from ``labkit.predict.offload_model``, the one source the offload notebook and the advisor
 use too (``OFFLOAD_MODELS``):
 
 * ``hbm``: everything on the GPUs, sharded with ZeRO stage 3 (Rajbhandari et al., SC 2020):
@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass
 
 from labkit import hardware
-from labkit import offload_model as om
 from labkit.economics.traffic import GemmTraffic, gemm_traffic
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
+from labkit.predict import offload_model as om
+from labkit.predict.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
 from labkit.shapes import ModelShape
 
 STRATEGIES = ("hbm", "dram-offload", "ssd-offload")

@@ -17,7 +17,7 @@ V, the output and its gradient and writes dQ, dK, dV in the backward; the s x s 
 on chip. Elementwise kernels (norms, activations, softmax outside the fused kernel) are not
 counted: the figure is a lower bound of what the GPU moves through HBM.
 
-The shapes are those of ``labkit.estimate.forward_flops``: ``2 * sum(m k n)`` over the linear
+The shapes are those of ``labkit.predict.estimate.forward_flops``: ``2 * sum(m k n)`` over the linear
 layers plus attention's ``4 b s^2 h`` is its forward FLOPs (``tests/test_economics_traffic.py``).
 """
 

@@ -39,10 +39,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from labkit.data import batches, vocab_size
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.model import GPTConfig
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import batches, vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 ADC_RANGES = ("column", "tile")
 ANALOG_LAYERS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
-from labkit.data import batches
 from labkit.errors import LabkitError, require_choice
 from labkit.future.crossbar import ANALOG_LAYERS, CrossbarConfig, sweep
-from labkit.train import Trainer
+from labkit.rig.data import batches
+from labkit.rig.train import Trainer
 
 
 def layer_inputs(trainer: Trainer, layer: str = "mlp.c_proj", block: int = 0) -> tuple[nn.Linear, torch.Tensor]:

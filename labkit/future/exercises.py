@@ -1,9 +1,9 @@
-"""Self-check exercises of notebook 08, registered with ``labkit.checks`` when imported."""
+"""Self-check exercises of notebook 08, registered with ``labkit.teach.checks`` when imported."""
 
 from __future__ import annotations
 
-from labkit.checks import Exercise, register
 from labkit.future import near_data, pim
+from labkit.teach.checks import Exercise, register
 
 
 def _standard_link_bytes() -> float:

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from labkit import hardware
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.measure import optimizer_bytes, unique_bytes
-from labkit.model import count_parameters
 from labkit.references import section
+from labkit.rig.model import count_parameters
 
 STATES_AT = ("dram", "ssd")
 ADAM_FLOPS_PER_PARAM = 12  # assumption: moments (4), bias-corrected update (6), weight decay (2)

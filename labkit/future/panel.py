@@ -23,8 +23,8 @@ from labkit.errors import LabkitError
 from labkit.future.crossbar import CrossbarConfig, relative_error
 from labkit.future.crossbar_study import layer_inputs
 from labkit.future.pim import mvm_energy
-from labkit.train import Trainer
-from labkit.widgets import DesignTask, Panel
+from labkit.rig.train import Trainer
+from labkit.teach.widgets import DesignTask, Panel
 
 CURVE_BITS = tuple(range(2, 13, 2))
 MIN_ARRAY, MAX_ARRAY = 16, 1024  # rows (= columns) of one crossbar array the panel allows

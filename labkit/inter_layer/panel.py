@@ -2,7 +2,7 @@
 
 Schedule, p, m, v, data-parallel degree, ZeRO stage, tensor-parallel degree, GPU
 and the link between stages; it draws the simulated schedule (``labkit.sim``)
-and the memory per GPU (``labkit.estimate``), and says the bubble (simulated
+and the memory per GPU (``labkit.predict.estimate``), and says the bubble (simulated
 beside the formula), the step time and whether the layout fits.
 """
 
@@ -11,12 +11,13 @@ from __future__ import annotations
 import ipywidgets as w
 from matplotlib.figure import Figure
 
-from labkit import hardware, plots
+from labkit import hardware
 from labkit.errors import LabkitError
-from labkit.estimate import SCHEDULES, ZERO_STAGES, TrainingSetup
 from labkit.inter_layer.scale import PipelinePlan, plan
+from labkit.predict.estimate import SCHEDULES, ZERO_STAGES, TrainingSetup
 from labkit.shapes import model_names, model_shape
-from labkit.widgets import Panel, fit_html
+from labkit.teach import plots
+from labkit.teach.widgets import Panel, fit_html
 
 DP_LINK = "ib-hdr"  # data-parallel groups span nodes: their ZeRO traffic crosses the cluster network
 MAX_SIMULATED_ACTIONS = 20_000  # p * m * v * 2 boxes: beyond this the panel asks for fewer micro-batches

@@ -49,9 +49,9 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from labkit import dist as labdist
-from labkit.data import batches, vocab_size
 from labkit.errors import LabkitError, require_choice, require_divides, require_positive
-from labkit.model import GPTConfig, TinyGPT, config_from
+from labkit.rig.data import batches, vocab_size
+from labkit.rig.model import GPTConfig, TinyGPT, config_from
 from labkit.sim import schedule
 
 STASH_MODES = ("pipedream", "2bw", "none")

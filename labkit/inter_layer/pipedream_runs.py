@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from labkit import dist as labdist
-from labkit.data import batches
 from labkit.errors import LabkitError, require_positive
 from labkit.inter_layer.pipedream import (
     STASH_MODES,
@@ -28,6 +27,7 @@ from labkit.inter_layer.pipedream import (
     model_config,
     train_pipedream,
 )
+from labkit.rig.data import batches
 
 
 def train_stash_modes(rank: int, world_size: int, modes: list[str], **kwargs: Any) -> dict[str, dict[str, Any]]:

@@ -40,9 +40,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labkit import dist as ldist
-from labkit.data import batches, vocab_size
 from labkit.errors import require_divides, require_positive
-from labkit.model import GPTConfig, TinyGPT, config_from
+from labkit.rig.data import batches, vocab_size
+from labkit.rig.model import GPTConfig, TinyGPT, config_from
 from labkit.sim import Action, Event, Timeline, bubble_fraction, schedule
 
 DEFAULT_MODEL: dict[str, Any] = {"seq_len": 32, "n_layer": 4, "n_head": 2, "d_model": 32, "dropout": 0.0}

@@ -1,7 +1,7 @@
 """Text tables of notebook 02: measured beside predicted for ZeRO, pipelines and PipeDream.
 
 Formatting only; the numbers come from ``zero``, ``pipeline``, ``bubble`` and ``pipedream``
-(measured) and from ``labkit.estimate`` and ``labkit.sim`` (predicted). Bytes are "B";
+(measured) and from ``labkit.predict.estimate`` and ``labkit.sim`` (predicted). Bytes are "B";
 collectives are counted in elements.
 """
 
@@ -12,8 +12,8 @@ from labkit.inter_layer.pipedream import StageReport
 from labkit.inter_layer.pipedream_runs import error_summary
 from labkit.inter_layer.pipeline import PipelineRun
 from labkit.inter_layer.zero import RankResult, compare
+from labkit.predict.tables import text_table
 from labkit.sim import bubble_fraction
-from labkit.tables import text_table
 
 
 def zero_table(results: dict[str, list[RankResult]], rank: int = 0) -> str:

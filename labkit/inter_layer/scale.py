@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import require_choice, require_positive
-from labkit.estimate import TrainingSetup, estimate_memory, forward_flops, zero_communication_elements
 from labkit.hardware import Device, Link, transfer_time
+from labkit.predict.estimate import TrainingSetup, estimate_memory, forward_flops, zero_communication_elements
 from labkit.sim import Timeline, bubble_fraction, measured_bubble, simulate_pipeline
 
 DEFAULT_EFFICIENCY = 0.5

@@ -41,12 +41,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from labkit import dist as ldist
-from labkit.data import batches
 from labkit.errors import require_choice, require_divides, require_positive
-from labkit.estimate import model_state_bytes, zero_communication_elements
 from labkit.measure import unique_bytes
-from labkit.model import GPTConfig, TinyGPT, config_from, count_parameters
-from labkit.train import TrainConfig, Trainer
+from labkit.predict.estimate import model_state_bytes, zero_communication_elements
+from labkit.rig.data import batches
+from labkit.rig.model import GPTConfig, TinyGPT, config_from, count_parameters
+from labkit.rig.train import TrainConfig, Trainer
 
 STRATEGIES = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 MODEL = {"vocab_size": 64, "seq_len": 64, "n_layer": 2, "n_head": 4, "d_model": 32, "dropout": 0.0}
@@ -302,7 +302,7 @@ def _elements_held(shapes: list[tuple[int, ...]], stage: int, n: int) -> dict[st
 
 
 def predict(strategy: str, world_size: int, model: dict | None = None) -> Prediction:
-    """ZeRO's model (labkit.estimate, fp32 AdamW) beside torch's partition, padding and extra broadcast."""
+    """ZeRO's model (labkit.predict.estimate, fp32 AdamW) beside torch's partition, padding and extra broadcast."""
     require_choice("strategy", strategy, STRATEGIES)
     require_positive("world_size", world_size)
     stage, n = STRATEGIES[strategy], world_size

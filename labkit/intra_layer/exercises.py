@@ -1,11 +1,11 @@
-"""Self-check exercises of notebook 03, registered with ``labkit.checks`` when imported."""
+"""Self-check exercises of notebook 03, registered with ``labkit.teach.checks`` when imported."""
 
 from __future__ import annotations
 
-from labkit.checks import Exercise, register
-from labkit.estimate import activation_bytes_per_layer
 from labkit.intra_layer import costs, megatron
+from labkit.predict.estimate import activation_bytes_per_layer
 from labkit.shapes import model_shape
+from labkit.teach.checks import Exercise, register
 
 
 def _megatron_allreduces_per_layer() -> float:

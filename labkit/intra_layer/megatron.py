@@ -15,7 +15,7 @@ torch does the splitting (``parallelize_module`` with ``ColwiseParallel``, ``Row
 * ``c_attn`` is one fused Linear with [q; k; v] row blocks: a plain column split would give rank 0
   all of q and half of k. Its rows are permuted to [q_0; k_0; v_0; q_1; ...] (``qkv_rows``) before
   the split, so each rank holds whole heads of q, k and v, and each block's attention becomes a
-  ``HeadParallelAttention``, which reads its head count off the local width. labkit.model is not
+  ``HeadParallelAttention``, which reads its head count off the local width. labkit.rig.model is not
   changed; gradients are permuted back before they are compared with its single-process TinyGPT.
 * The tied embedding is split by vocabulary, as in Megatron: ``wte`` row-wise and ``lm_head``
   column-wise are both ``Shard(0)``, so they stay one DTensor; the loss is torch's ``loss_parallel``
@@ -53,11 +53,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from labkit import dist as ldist
-from labkit.data import batches
 from labkit.errors import require_choice, require_divides, require_positive
-from labkit.estimate import activation_bytes_per_layer
 from labkit.measure import ModuleHooks, SavedTensor
-from labkit.model import GPTConfig, SelfAttention, TinyGPT, config_from
+from labkit.predict.estimate import activation_bytes_per_layer
+from labkit.rig.data import batches
+from labkit.rig.model import GPTConfig, SelfAttention, TinyGPT, config_from
 from labkit.shapes import ModelShape
 
 MODEL = {"vocab_size": 64, "seq_len": 64, "n_layer": 2, "n_head": 4, "d_model": 32, "dropout": 0.0}
@@ -300,7 +300,7 @@ def run_tp(world_size: int = 2, sp: bool = False, timeout: float = 120.0, **kwar
 
 
 def single_process(model: dict | None = None, batch_size: int = 2, seed: int = 0, steps: int = 1) -> dict[str, Any]:
-    """The reference: labkit.model's own TinyGPT (fused QKV, tied head), same seed, batches and SGD."""
+    """The reference: labkit.rig.model's own TinyGPT (fused QKV, tied head), same seed, batches and SGD."""
     cfg = model_config(model)
     torch.manual_seed(seed)
     net = TinyGPT(cfg)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import ipywidgets as w
 from matplotlib.figure import Figure
 
-from labkit import hardware, plots
+from labkit import hardware
 from labkit.intra_layer import costs, placement
-from labkit.widgets import Panel, fit_html
+from labkit.teach import plots
+from labkit.teach.widgets import Panel, fit_html
 
 
 class TensorParallelPanel(Panel):

@@ -1,14 +1,14 @@
 """Text tables of notebook 03: tensor parallelism measured beside predicted, and which mode wins at scale.
 
 Formatting only: the measurements come from ``megatron`` and ``multidim``, the predictions from
-``labkit.estimate`` (Korthikanti et al.) and ``costs`` (this lab's count of its own implementation).
+``labkit.predict.estimate`` (Korthikanti et al.) and ``costs`` (this lab's count of its own implementation).
 """
 
 from __future__ import annotations
 
 from labkit.hardware import Device, Link
 from labkit.intra_layer import costs, megatron, multidim, placement
-from labkit.tables import text_table
+from labkit.predict.tables import text_table
 
 
 def megatron_table(results: dict[str, list[megatron.RankResult]], rank: int = 0) -> str:

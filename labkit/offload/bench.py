@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from labkit.data import vocab_size
-from labkit.model import GPTConfig
 from labkit.offload.disk import DiskStore, GiB, MiB, measure_disk
 from labkit.offload.zero_infinity import run_zero_infinity
-from labkit.train import TrainConfig
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig
 
 TARGET_RATIO = 0.70
 STREAM_MODEL = {"n_layer": 8, "n_head": 8, "d_model": 512, "seq_len": 64, "dropout": 0.1}

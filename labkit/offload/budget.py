@@ -28,8 +28,8 @@ import torch.nn as nn
 from labkit.errors import LabkitError, require_positive
 from labkit.hardware import gpu as find_gpu
 from labkit.measure import ModuleHooks
-from labkit.model import count_parameters
-from labkit.offload_model import ZERO3
+from labkit.predict.offload_model import ZERO3
+from labkit.rig.model import count_parameters
 
 BYTES_PER_PARAM = int(ZERO3.gpu_bytes_per_param(1))  # ZeRO's 2 + 2 + 12 (mixed) = 4 + 4 + 8 (fp32 AdamW)
 

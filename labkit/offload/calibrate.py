@@ -38,17 +38,17 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from labkit.data import vocab_size
 from labkit.errors import require_choice, require_positive
 from labkit.hardware import Link, Tier, tier
-from labkit.model import GPTConfig
 from labkit.offload.budget import model_state_bytes
 from labkit.offload.disk import DiskBandwidth, DiskStore, MiB, measure_disk
 from labkit.offload.iteration import Machine, Op, Plan, Result, simulate_iteration
 from labkit.offload.overhead import SoftwareCost, software_cost, timed_step
 from labkit.offload.trace import Trace, trace_step
 from labkit.offload.vdnn import Offloader
-from labkit.train import TrainConfig, Trainer, seed_everything
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer, seed_everything
 
 STORES = ("dram", "disk")
 AHEAD = 1  # the simulator's prefetch distance for vdnn's default lookahead of 2 reads in flight

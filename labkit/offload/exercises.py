@@ -1,11 +1,11 @@
-"""Self-check exercises of notebook 04, registered with ``labkit.checks`` when imported."""
+"""Self-check exercises of notebook 04, registered with ``labkit.teach.checks`` when imported."""
 
 from __future__ import annotations
 
-from labkit.checks import Exercise, register
 from labkit.hardware import link, transfer_time
 from labkit.offload.zero_infinity import PAPER_BYTES_PER_PARAM
 from labkit.offload.zero_offload import offload_bytes_per_step
+from labkit.teach.checks import Exercise, register
 
 
 def _zero_offload_gb() -> float:

@@ -38,9 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import LabkitError, require_positive
-from labkit.estimate import activation_bytes_outside_layers, model_state_bytes
 from labkit.hardware import gpu
 from labkit.offload.iteration import Machine, Plan, Result, compute_time, machine, simulate_iteration, transformer_ops
+from labkit.predict.estimate import activation_bytes_outside_layers, model_state_bytes
 from labkit.references import headline
 from labkit.shapes import ModelShape
 

@@ -1,7 +1,7 @@
 """ZeRO-Infinity at scale: what fits one node by where the states live, and the NVMe seconds of a step.
 
 Rajbhandari et al., "ZeRO-Infinity", SC 2021. Bytes per parameter come from
-``labkit.offload_model`` (the paper's 20 B of model states, ``ZERO_INFINITY``; this lab's
+``labkit.predict.offload_model`` (the paper's 20 B of model states, ``ZERO_INFINITY``; this lab's
 streamed run's traffic, ``ZERO_INFINITY_LAB``). GPU capacities are the catalogue's true ones
 (``Device.memory_bytes``: a "32 GB" V100 holds 32 GiB); DRAM and NVMe sizes are in 1e9 bytes,
 as their data sheets give them.

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import activation_terms
 from labkit.hardware import Link, Tier, gpu, link, tier, transfer_time
+from labkit.predict.estimate import activation_terms
 from labkit.shapes import ModelShape
 from labkit.sim import Task, Timeline, simulate
 

@@ -55,8 +55,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from labkit.errors import LabkitError, require_positive
-from labkit.estimate import forward_flops
 from labkit.hardware import gpu, link
+from labkit.predict.estimate import forward_flops
 from labkit.shapes import ModelShape
 from labkit.sim import Event, Task, Timeline
 

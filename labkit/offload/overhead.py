@@ -24,7 +24,7 @@ import torch
 from labkit.errors import require_positive
 from labkit.offload.trace import Trace
 from labkit.offload.vdnn import Offloader, _Slot
-from labkit.train import Trainer
+from labkit.rig.train import Trainer
 
 
 class NullOffloader(Offloader):

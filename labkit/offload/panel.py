@@ -18,13 +18,14 @@ import ipywidgets as w
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from labkit import hardware, plots
+from labkit import hardware
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import activation_bytes_outside_layers, model_state_bytes
 from labkit.offload import swapadvisor
 from labkit.offload.iteration import STREAMS, Machine, Plan, Result, compute_time, simulate_iteration, transformer_ops
+from labkit.predict.estimate import activation_bytes_outside_layers, model_state_bytes
 from labkit.shapes import model_names, model_shape
-from labkit.widgets import Panel, fit_html
+from labkit.teach import plots
+from labkit.teach.widgets import Panel, fit_html
 
 # "swapadvisor" searches 12 x 20 plans (seed 0); about 0.3 s for the default model, so the panel keeps it
 POLICIES = ("none", "vdnn-all", "vdnn-to-disk", "swapadvisor")

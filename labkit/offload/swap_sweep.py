@@ -18,10 +18,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from labkit.errors import LabkitError, require_positive
-from labkit.estimate import activation_bytes_outside_layers, model_state_bytes
 from labkit.hardware import gpu
 from labkit.offload import swapadvisor
 from labkit.offload.iteration import Machine, Op, Plan, compute_time, machine, simulate_iteration, transformer_ops
+from labkit.predict.estimate import activation_bytes_outside_layers, model_state_bytes
 from labkit.shapes import ModelShape
 
 RATIOS = (1.05, 1.1, 1.5, 2.0, 3.0)

@@ -23,7 +23,7 @@ Bytes per step, exactly (Psi parameters, Psi_b of them in blocks)::
 On disk: 14 bytes/param. The paper's 20 bytes/param also counts 16-bit gradients (2) and
 fp32 gradients (4); here those live in memory for one group at a time (a group's step runs
 as soon as its backward is done), so they never reach the disk. Both accountings, term by
-term, are ``labkit.offload_model.ZERO_INFINITY`` (the paper) and ``ZERO_INFINITY_LAB`` (this
+term, are ``labkit.predict.offload_model.ZERO_INFINITY`` (the paper) and ``ZERO_INFINITY_LAB`` (this
 run); :func:`io_bytes_per_step` is the latter's NVMe traffic.
 """
 
@@ -39,10 +39,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labkit.errors import LabkitError, require_positive
-from labkit.model import count_parameters
 from labkit.offload.disk import DiskBandwidth, DiskStore, measure_disk
-from labkit.offload_model import ZERO_INFINITY, ZERO_INFINITY_LAB
-from labkit.train import TrainConfig, Trainer
+from labkit.predict.offload_model import ZERO_INFINITY, ZERO_INFINITY_LAB
+from labkit.rig.model import count_parameters
+from labkit.rig.train import TrainConfig, Trainer
 
 STATE_KINDS = ("master", "exp_avg", "exp_avg_sq")
 # 2 + 2 (16-bit p, g) + 4 + 4 + 4 + 4 (fp32 p, m, v, g), Rajbhandari et al. 2021, section 3

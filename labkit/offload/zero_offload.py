@@ -8,7 +8,7 @@ down (2 Psi bytes) and the updated 16-bit parameters up (2 Psi bytes).
 
 The micro-run keeps the same division with two sets of tensors: the bf16 model (the
 "device") and :class:`HostAdamW`'s tensors (the "host"). Every crossing goes through
-:meth:`HostAdamW.step`, which counts it. The math is that of ``labkit.train.MasterWeightAdamW``
+:meth:`HostAdamW.step`, which counts it. The math is that of ``labkit.rig.train.MasterWeightAdamW``
 (same AdamW, same rounding), so losses and parameters are equal bit for bit; only the place
 and the explicit copies differ.
 
@@ -26,13 +26,13 @@ import torch
 import torch.nn as nn
 
 from labkit.errors import LabkitError, require_positive
-from labkit.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
 from labkit.hardware import gpu, link, tier, transfer_time
-from labkit.model import count_parameters
-from labkit.offload_model import ZERO_OFFLOAD
+from labkit.predict.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
+from labkit.predict.offload_model import ZERO_OFFLOAD
 from labkit.references import headline
+from labkit.rig.model import count_parameters
+from labkit.rig.train import MasterWeightAdamW, TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.train import MasterWeightAdamW, TrainConfig, Trainer
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:

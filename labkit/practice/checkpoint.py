@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 BIG = 48 * 2**20  # bytes of the newer state: enough that a write takes many milliseconds
 KILL_AFTER_BYTES = (1, 8 * 2**20)

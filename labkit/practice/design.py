@@ -1,6 +1,6 @@
 """Design tasks for the notebooks' panels: a goal, a check of the panel's current setting, and a proof it is solvable.
 
-Each task is a :class:`labkit.widgets.DesignTask` made for one panel (``task(key)``) and a
+Each task is a :class:`labkit.teach.widgets.DesignTask` made for one panel (``task(key)``) and a
 small grid of control settings (``SEARCH[key]``) over which :func:`find_solution` looks for
 a setting that meets it, so a test can show every task the lab sets has an answer on its
 own panel. The check names what is still missing, never just "no".
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from labkit.errors import require_choice
 from labkit.practice import design_parallel, design_storage, design_topics
-from labkit.widgets import DesignTask, Panel
+from labkit.teach.widgets import DesignTask, Panel
 
 GiB = 2**30
 
@@ -34,7 +34,7 @@ def _memory_check(panel: Panel) -> tuple[bool, str]:
 
 
 def _memory_panel() -> Panel:
-    from labkit.widgets import MemoryPanel
+    from labkit.teach.widgets import MemoryPanel
 
     return MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
 

@@ -17,7 +17,7 @@ says what to change. Both tasks need two results put together, not one control t
 
 from __future__ import annotations
 
-from labkit.widgets import Panel
+from labkit.teach.widgets import Panel
 
 GiB = 2**30
 MAX_GPUS = 1024

@@ -14,7 +14,7 @@ precision and optimizer-state bits (``labkit.reduction.design.cheapest_fit``).
 
 from __future__ import annotations
 
-from labkit.widgets import Panel
+from labkit.teach.widgets import Panel
 
 OFFLOAD_MODEL, OFFLOAD_GPU, OFFLOAD_SEQ, OFFLOAD_BATCH = "gpt2-large", "V100-32GB", 1024, 4
 OFFLOAD_BUDGET_GB, OFFLOAD_MAX_LINK_GBPS, OFFLOAD_MAX_SLOWDOWN = 16.0, 64.0, 1.5

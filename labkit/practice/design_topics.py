@@ -10,7 +10,7 @@ task asks for the FEWEST GPUs that meet a deadline. Its numbers follow Llama 2's
 
 from __future__ import annotations
 
-from labkit.widgets import Panel
+from labkit.teach.widgets import Panel
 
 RUN_TOKENS = 2e12  # Llama 2's pretraining tokens (Touvron et al., 2023, Table 1)
 MAX_DAYS = 30.0

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 FRACTIONS = (0.25, 0.5, 0.75)
 
 
 def accesses() -> list[int]:
     """Block ids in the order one real step touches them (reads, then writes, op by op)."""
-    from labkit.data import vocab_size
     from labkit.future.trace import record_trace
-    from labkit.model import GPTConfig
-    from labkit.train import TrainConfig, Trainer
+    from labkit.rig.data import vocab_size
+    from labkit.rig.model import GPTConfig
+    from labkit.rig.train import TrainConfig, Trainer
 
     cfg = GPTConfig(vocab_size=vocab_size(), n_layer=2, d_model=32, n_head=2, seq_len=16)
     trace = record_trace(Trainer(TrainConfig(model=cfg, batch_size=2)))

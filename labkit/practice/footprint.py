@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 RUNS = (("hbm", "world"), ("dram-offload", "france"), ("ssd-offload", "us"))
 TOKENS = 2e10

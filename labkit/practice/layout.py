@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 LAYOUTS = ((8, 16, 8, 0), (8, 8, 16, 1), (4, 8, 32, 2), (1, 1, 1024, 3), (8, 12, 8, 3))  # tp, pp, dp, ZeRO stage
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 PATTERNS = (
     ("no overflow, growth interval 3", (False,) * 8, 3),

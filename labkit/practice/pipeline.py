@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.errors import LabkitError
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 SIZES = ((2, 4), (4, 8), (4, 4), (3, 7))
 T_F, T_B = 1.0, 2.0

@@ -1,6 +1,6 @@
 """Exercises that need two results put together: a crossover, a difference, a ratio that does not scale.
 
-Each is registered with :mod:`labkit.checks` like the look-up exercises, with its likely
+Each is registered with :mod:`labkit.teach.checks` like the look-up exercises, with its likely
 wrong answers named (the answer of the tempting shortcut), so ``checks.check`` diagnoses
 the shortcut a learner took. Every answer is computed by labkit, never typed in.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
-from labkit.checks import Exercise, Mistake, register
+from labkit.teach.checks import Exercise, Mistake, register
 
 
 def _total_gb(micro_batch: int) -> dict[str, float]:
-    from labkit.estimate import TrainingSetup, estimate_memory
+    from labkit.predict.estimate import TrainingSetup, estimate_memory
     from labkit.shapes import model_shape
 
     est = estimate_memory(TrainingSetup(model_shape("llama2-7b"), micro_batch=micro_batch, seq=2048))
@@ -35,7 +35,7 @@ def _fewest_microbatches_wrong(p: int = 8, target: float = 0.10) -> float:
 
 
 def _gpt3_layer_gb(t: int, sp: bool) -> float:
-    from labkit.estimate import activation_bytes_per_layer
+    from labkit.predict.estimate import activation_bytes_per_layer
     from labkit.shapes import model_shape
 
     return activation_bytes_per_layer(model_shape("gpt3-175b"), 2048, 1, tp=t, sp=sp) / 1e9
@@ -46,7 +46,8 @@ def _smallest_tp(limit_gb: float = 0.5, sp: bool = True) -> float:
 
 
 def _offload_step_s() -> float:
-    from labkit import hardware, offload_model
+    from labkit import hardware
+    from labkit.predict import offload_model
 
     dev = hardware.gpu("H100-SXM")
     per_direction = offload_model.ZERO_OFFLOAD.link_bytes_per_param() / 2 * 7e9
@@ -54,7 +55,7 @@ def _offload_step_s() -> float:
 
 
 def _selective_share() -> float:
-    from labkit.estimate import activation_bytes_per_layer
+    from labkit.predict.estimate import activation_bytes_per_layer
     from labkit.shapes import model_shape
 
     g = model_shape("gpt3-175b")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, register, safely
+from labkit.practice.coding import Case, CodingExercise, register, safely
 
 CATEGORIES = ("parameters", "gradients", "optimizer")
 SHAPES = ({"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 16}, {"n_layer": 2, "d_model": 48, "n_head": 4,
@@ -22,10 +22,10 @@ SHAPES = ({"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 16}, {"n_layer":
 
 def measured_states(precision: str, shape: dict) -> tuple[int, dict[str, int]]:
     """Parameter count and measured bytes per category of one real step of a tiny GPT."""
-    from labkit.data import vocab_size
     from labkit.measure import measure_step
-    from labkit.model import GPTConfig
-    from labkit.train import TrainConfig, Trainer
+    from labkit.rig.data import vocab_size
+    from labkit.rig.model import GPTConfig
+    from labkit.rig.train import TrainConfig, Trainer
 
     trainer = Trainer(TrainConfig(model=GPTConfig(vocab_size=vocab_size(), **shape), batch_size=2,
                                   precision=precision))  # fmt: skip

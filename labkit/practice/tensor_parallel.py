@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.practice import Case, CodingExercise, attempt, register
+from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 SIZES = ((2, 8), (4, 16), (8, 16))  # (t, h)
 

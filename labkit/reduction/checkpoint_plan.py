@@ -34,9 +34,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.errors import LabkitError, require_positive
 from labkit.measure import SavedTensorRecorder, peak_step_bytes
+from labkit.predict.tables import text_table
 from labkit.reduction.recompute import RecomputePlan, apply_recompute, uniform_plan
-from labkit.tables import text_table
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.train import TrainConfig, Trainer
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.data import corpus, vocab_size
 from labkit.errors import require_choice, require_positive
 from labkit.measure import ModuleHooks
-from labkit.model import GPTConfig
+from labkit.predict.tables import text_table
 from labkit.reduction.codecs import CODECS, compress, entropy_bits, entropy_bound, measure
 from labkit.reduction.corpora import STDLIB_TEXTS, stdlib_text
 from labkit.reduction.planes import DTYPES, SPLITS, fmt_ratio, split_planes, to_bytes
-from labkit.tables import text_table
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import corpus, vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Scale and design: recompute mode, precision and optimizer-state bits for a real model on a real GPU.
 
-Everything ``labkit.estimate`` already knows (model states under a precision, Korthikanti et al.'s
+Everything ``labkit.predict.estimate`` already knows (model states under a precision, Korthikanti et al.'s
 activations with recompute none, selective or full, the FLOPs of a step) comes from there; this
 module adds the two things it lacks, each with its paper:
 
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from labkit import hardware
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import (
+from labkit.hardware import Device
+from labkit.predict.estimate import (
     PRECISIONS,
     TrainingSetup,
     activation_bytes_outside_layers,
@@ -32,11 +33,10 @@ from labkit.estimate import (
     estimate_memory,
     training_flops,
 )
-from labkit.hardware import Device
 from labkit.shapes import ModelShape, model_shape
 
 RECOMPUTE_MODES = ("none", "selective", "sqrt", "full")
-PRECISION_NAMES = tuple(PRECISIONS)  # no "pure bf16" (no master weights): labkit.estimate does not model it
+PRECISION_NAMES = tuple(PRECISIONS)  # no "pure bf16" (no master weights): labkit.predict.estimate does not model it
 OPTIMIZER_BITS = (32, 8)
 ADAM_STATES = 2  # first and second moment
 ADAM_STATE_BYTES = 4 * ADAM_STATES  # per parameter in fp32: the part of K that 8-bit states replace

@@ -1,14 +1,14 @@
-"""Self-check exercises of notebook 05, registered with ``labkit.checks`` when imported."""
+"""Self-check exercises of notebook 05, registered with ``labkit.teach.checks`` when imported."""
 
 from __future__ import annotations
 
 import torch
 
-from labkit.checks import Exercise, Mistake, register
-from labkit.estimate import activation_bytes_per_layer, training_flops
+from labkit.predict.estimate import activation_bytes_per_layer, training_flops
 from labkit.reduction.optim8bit import state_bytes
 from labkit.reduction.tradeoffs import selective_extra_flops
 from labkit.shapes import model_shape
+from labkit.teach.checks import Exercise, Mistake, register
 
 
 def _gpt3_full_recompute_mb(recompute: str = "full") -> float:

@@ -9,7 +9,7 @@ re-implementation in plain torch (no CUDA kernels, no bitsandbytes), small enoug
 Unlike bitsandbytes it quantizes every tensor, however small, so the byte count stays
 one formula: :func:`state_bytes`.
 
-:func:`compare_optimizers` trains the lab's tiny GPT (``labkit.train.Trainer``, fp32
+:func:`compare_optimizers` trains the lab's tiny GPT (``labkit.rig.train.Trainer``, fp32
 weights) with torch's AdamW and with this optimizer swapped in as ``trainer.optimizer``,
 and reports losses and measured state bytes side by side. With the *linear* map, v
 underflows to 0 in most of each block and ``m / (sqrt(v) + eps)`` explodes: the reason
@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from labkit.data import vocab_size
 from labkit.errors import require_choice, require_positive
-from labkit.model import GPTConfig
 from labkit.reduction.quantize import BLOCK, MAPS, SCALE_BYTES, Quantized, code_book, dequantize, quantize
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 STATE_BITS = (8, 32)
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import ipywidgets as w
 from matplotlib.figure import Figure
 
-from labkit import hardware, plots
+from labkit import hardware
 from labkit.errors import require_choice
 from labkit.reduction import design
 from labkit.shapes import model_names, model_shape
-from labkit.widgets import Panel, fit_html
+from labkit.teach import plots
+from labkit.teach.widgets import Panel, fit_html
 
 
 class ReductionPanel(Panel):

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from labkit.errors import LabkitError, require_choice
+from labkit.predict.tables import text_table
 from labkit.reduction.codecs import entropy_bits, measure, require_data
-from labkit.tables import text_table
 
 DTYPES = {"fp32": 4, "bf16": 2, "utf-8": 1}
 SPLITS = ("bytes", "exponent")

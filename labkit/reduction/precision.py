@@ -30,14 +30,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from labkit.compare import Comparison, Row
-from labkit.data import vocab_size
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, model_state_bytes
 from labkit.measure import StepMemory
-from labkit.model import GPTConfig
+from labkit.measure.compare import Comparison, Row
+from labkit.predict.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, model_state_bytes
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import MasterWeightAdamW, TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.train import MasterWeightAdamW, TrainConfig, Trainer
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed", "fp16-mixed")
 ESTIMATE_PRECISION = {"fp32": "fp32", "bf16-autocast": "fp32", "bf16-mixed": "bf16-mixed", "fp16-mixed": "fp16-mixed"}
@@ -107,7 +107,7 @@ def precision_trainer(precision: str, model: GPTConfig | None = None, batch_size
 
 
 def activation_prediction(cfg: GPTConfig, batch: int, precision: str) -> dict[str, dict[str, float]]:
-    """Predicted saved bytes per layer and outside the layers, term by term: ``korthikanti`` is labkit.estimate
+    """Predicted saved bytes per layer and outside the layers, term by term: ``korthikanti`` is labkit.predict.estimate
     at the run's element size; the rest is what the paper leaves out and what autocast adds (module docstring)."""
     require_choice("precision", precision, PRECISIONS)
     if cfg.mask != "bool":

@@ -31,12 +31,12 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import activation_bytes_per_layer, training_flops
 from labkit.measure import SavedTensorRecorder, phase_memory
-from labkit.model import GPTConfig, TinyGPT
+from labkit.predict.estimate import activation_bytes_per_layer, training_flops
+from labkit.predict.tables import text_table
+from labkit.rig.model import GPTConfig, TinyGPT
+from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import ModelShape
-from labkit.tables import text_table
-from labkit.train import TrainConfig, Trainer
 
 MODES = ("none", "full", "every-k", "sqrt", "selective")
 _PLAIN = "_labkit_plain_class"

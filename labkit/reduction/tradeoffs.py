@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass
 
 from labkit.errors import require_positive
-from labkit.estimate import activation_bytes_per_layer, training_flops
+from labkit.predict.estimate import activation_bytes_per_layer, training_flops
+from labkit.predict.tables import text_table
 from labkit.reduction.design import segmented_activation_bytes, sqrt_segment
 from labkit.shapes import ModelShape
-from labkit.tables import text_table
 
 
 def selective_extra_flops(shape: ModelShape, seq: int, micro_batch: int, early_stop: bool = False) -> float:

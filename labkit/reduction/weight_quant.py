@@ -29,7 +29,7 @@ import torch.nn as nn
 
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.reduction.quantize import SCALE_BYTES, Quantized, code_book, dequantize, pack4, quantize, unpack4
-from labkit.train import Trainer
+from labkit.rig.train import Trainer
 
 WEIGHT_BITS = (32, 8, 4)
 FORMAT = "labkit-blockwise-absmax-v1"

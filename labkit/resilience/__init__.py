@@ -15,5 +15,5 @@
 * ``failover``: the same for real: 2 gloo ranks each computing the other's stage, one SIGKILLed, the
   survivor finishing alone bit-identically (launched with ``labkit.dist.run_outcomes``);
 * ``panel``: the design widget: goodput of checkpoint-restart, in-memory peer and RC on a failing cluster;
-* ``exercises``: the notebook's self-check questions, registered with ``labkit.checks``.
+* ``exercises``: the notebook's self-check questions, registered with ``labkit.teach.checks``.
 """

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from labkit.errors import LabkitError, require_positive
 from labkit.resilience.manifest import TMP_SUFFIX, SafeReader, commit, publish, verify
 from labkit.resilience.state import check_compatible, flat_state, restore, template
-from labkit.train import Trainer
+from labkit.rig.train import Trainer
 
 _NAME = re.compile(r"^step_(\d+)$")
 Hook = Callable[[str], None]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from labkit import hardware
 from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.estimate import model_state_bytes
+from labkit.predict.estimate import model_state_bytes
+from labkit.predict.tables import text_table
 from labkit.references import failure_traces
 from labkit.resilience.interval import (
     DAY_S,
@@ -25,7 +26,6 @@ from labkit.resilience.interval import (
     require_seconds,
     young_interval,
 )
-from labkit.tables import text_table
 
 TARGETS = ("storage", "peer")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from labkit.errors import require_choice
 from labkit.resilience.checkpoint import latest_valid, save_checkpoint
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.train import TrainConfig, Trainer
 
 CORRUPTIONS = ("flipped byte", "truncation", "missing shard", "wrong model shape")
 

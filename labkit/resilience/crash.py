@@ -33,9 +33,9 @@ from pathlib import Path
 
 from labkit import dist as ldist
 from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.predict.tables import text_table
 from labkit.resilience import worker
 from labkit.resilience.manifest import TMP_SUFFIX
-from labkit.tables import text_table
 
 LAUNCHERS = ("forkserver", "subprocess")
 

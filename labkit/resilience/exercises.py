@@ -1,11 +1,11 @@
-"""Self-check exercises of notebook 06, registered with ``labkit.checks`` when imported."""
+"""Self-check exercises of notebook 06, registered with ``labkit.teach.checks`` when imported."""
 
 from __future__ import annotations
 
-from labkit.checks import Exercise, register
 from labkit.references import failure_traces
 from labkit.resilience.cluster import checkpoint_bytes
 from labkit.resilience.interval import cluster_mtbf_s, young_interval
+from labkit.teach.checks import Exercise, register
 
 
 def _young_minutes(checkpoint_s: float = 60.0, mtbf_h: float = 3.0) -> float:

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from torch.optim import AdamW
 
 from labkit import dist as ldist
-from labkit.data import batches, vocab_size
 from labkit.errors import LabkitError, require_choice, require_divides, require_positive
-from labkit.model import GPTConfig, TinyGPT, config_from
+from labkit.rig.data import batches, vocab_size
+from labkit.rig.model import GPTConfig, TinyGPT, config_from
 
 FAIL_MODEL: dict[str, Any] = {"seq_len": 16, "n_layer": 2, "n_head": 2, "d_model": 32, "dropout": 0.0}
 LR = 3e-3

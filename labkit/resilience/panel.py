@@ -32,7 +32,7 @@ from labkit.references import failure_traces
 from labkit.resilience.cluster import checkpoint_bytes
 from labkit.resilience.interval import cluster_mtbf_s, daly_interval, goodput_daly
 from labkit.resilience.redundancy import failover_step, goodput_redundant, rc_step
-from labkit.widgets import Panel, fit_html
+from labkit.teach.widgets import Panel, fit_html
 
 STRATEGIES = ("checkpoint-restart", "in-memory peer", "redundant computation")
 PLOTS = ("interval", "cluster size")

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from labkit.errors import require_positive
 from labkit.resilience.state import digest, flat_state, from_bytes, restore, to_bytes
 from labkit.resilience.worker import micro_config
-from labkit.train import Trainer
+from labkit.rig.train import Trainer
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import tempfile
 
 from labkit.resilience.checkpoint import resume, save_checkpoint
 from labkit.resilience.worker import micro_config
-from labkit.train import Trainer
+from labkit.rig.train import Trainer
 
 with tempfile.TemporaryDirectory(prefix="labkit-warm-") as _d:
     _t = Trainer(micro_config())

@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from labkit.errors import require_positive
+from labkit.predict.tables import text_table
 from labkit.resilience.checkpoint import measure_save_stall
 from labkit.resilience.worker import micro_config
-from labkit.tables import text_table
-from labkit.train import Trainer
+from labkit.rig.train import Trainer
 
 PROBE_BYTES = 64 << 20
 

@@ -3,7 +3,7 @@
 A resumed run repeats the uninterrupted one bit for bit only if *all* of its state comes
 back: the model's weights, the optimizer's moments and step counts (and fp32 master weights
 under ``bf16-mixed``), the random generator that draws the dropout masks, and the data
-position. The data position is just the step: ``labkit.data`` makes batch ``i`` a pure
+position. The data position is just the step: ``labkit.rig.data`` makes batch ``i`` a pure
 function of ``i``. Python's ``random`` is not used by the training loop, so it is not kept.
 
 Keys (all values are tensors, so a checkpoint holds no pickled objects):
@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from labkit.errors import LabkitError
-from labkit.train import MasterWeightAdamW, Trainer
+from labkit.rig.train import MasterWeightAdamW, Trainer
 
 STEPS_KEY = "progress/steps_done"
 DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.float64, torch.bfloat16, torch.float16,

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 from matplotlib.figure import Figure
 
-from labkit import plots
 from labkit.errors import LabkitError, require_positive
+from labkit.predict.tables import text_table
 from labkit.resilience.interval import daly_interval, goodput_first_order, simulate, young_interval
-from labkit.tables import text_table
+from labkit.teach import plots
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from labkit.data import vocab_size
 from labkit.errors import require_choice, require_positive
-from labkit.model import GPTConfig
 from labkit.resilience.checkpoint import resume, save_checkpoint
 from labkit.resilience.state import digest, flat_state
-from labkit.train import TrainConfig, Trainer
+from labkit.rig.data import vocab_size
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer
 
 KILL_PHASES = ("step", "written", "manifest")
 

@@ -71,6 +71,6 @@
 # that need two results put together, and coding exercises):
 
 # %%
-from labkit import course
+from labkit.course import guide
 
-print(course.exercise_table())
+print(guide.exercise_table())

@@ -17,7 +17,7 @@
 # 34·s·b·h + 5·a·s²·b bytes per layer), then use the same model on real GPUs.
 #
 # Every number below is either **measured** (from a real run in this kernel) or
-# **predicted** (computed by `labkit.estimate`); each cell says which.
+# **predicted** (computed by `labkit.predict.estimate`); each cell says which.
 #
 # **Symbols and units** used from here on (the papers' own letters):
 #
@@ -40,24 +40,28 @@
 # (`Device.memory_bytes`), and the cells below print both figures for each card they use.
 
 # %%
-from labkit import checks, data, hardware, plots, tables
-from labkit.activation_ledger import activation_ledger
-from labkit.budget_analogy import scaled_budget
-from labkit.compare import layer_comparison, memory_comparison, setup_for
-from labkit.estimate import TrainingSetup, activation_bytes_per_layer, estimate_memory, training_flops
+from labkit import hardware
 from labkit.measure import measure_flops, measure_step, peak_step_bytes
-from labkit.model import GPTConfig, count_parameters
+from labkit.measure.activation_ledger import activation_ledger
+from labkit.measure.compare import layer_comparison, memory_comparison, setup_for
+from labkit.measure.state_conventions import CONVENTIONS, measure_update_states
+from labkit.predict import tables
+from labkit.predict.budget_analogy import scaled_budget
+from labkit.predict.estimate import TrainingSetup, activation_bytes_per_layer, estimate_memory, training_flops
 from labkit.references import failure_traces
+from labkit.rig import data
+from labkit.rig.model import GPTConfig, count_parameters
+from labkit.rig.train import TrainConfig, Trainer, seed_everything
 from labkit.shapes import ModelShape, model_shape
-from labkit.state_conventions import CONVENTIONS, measure_update_states
-from labkit.train import TrainConfig, Trainer, seed_everything
+from labkit.storage import exercises as _exercises  # noqa: F401  (registers the 01.* exercises)
+from labkit.teach import checks, plots
 
 seed_everything(0)  # fixed seed and thread count: the checked numbers below are the same on every run
 print("corpus:", f"{len(data.corpus()):,} characters,", data.vocab_size(), "distinct; first line:")
 print(data.corpus().splitlines()[0])
 
 # %% [markdown]
-# The picture to keep in mind (predicted by `labkit.estimate`): one GPU's share of
+# The picture to keep in mind (predicted by `labkit.predict.estimate`): one GPU's share of
 # GPT-3 175B in that layout, against an A100's true capacity. The same model on a
 # single GPU is printed, not drawn: its bar would dwarf this one.
 
@@ -173,7 +177,7 @@ assert comparison.worst_error < 0.02
 # %% [markdown]
 # ### Where 34 and 5as/h come from, tensor by tensor
 #
-# Each operation that keeps a tensor is a named module of `labkit.model`, so each
+# Each operation that keeps a tensor is a named module of `labkit.rig.model`, so each
 # saved byte has an owner. Per layer, with 16-bit activations (e = 2) and 1-byte masks:
 #
 # | module | what it keeps | bytes |
@@ -289,7 +293,7 @@ assert flops.total == predicted_flops
 activations_more_than_half = {"gpt2": None, "gpt3 on one GPU": None}  # True or False
 
 # %% [markdown]
-# All predicted by `labkit.estimate` (16-bit mixed precision unless noted):
+# All predicted by `labkit.predict.estimate` (16-bit mixed precision unless noted):
 
 # %%
 h100 = hardware.gpu("H100-SXM")
@@ -391,7 +395,7 @@ for micro_batch in (16, 4, 1):
 
 # %% tags=["nbval-ignore-output"]
 from labkit.practice import design  # noqa: E402
-from labkit.widgets import MemoryPanel  # noqa: E402
+from labkit.teach.widgets import MemoryPanel  # noqa: E402
 
 MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048).set_task(design.task("01"))
 
@@ -434,11 +438,11 @@ plots.failures_per_day(counts, rates)
 # downloaded), trained for one step on this CPU (**measured**), beside what labkit
 # **predicts** for it. The prediction says what it assumes about the implementation: the
 # attention kernel, the MLP's activation, the norm, whether the key/value cache is on, and
-# the dropout masks (module `labkit.activation_options`).
+# the dropout masks (module `labkit.predict.activation_options`).
 
 # %%
-from labkit.hf_models import small_spec  # noqa: E402
-from labkit.own_model import compare_model  # noqa: E402
+from labkit.measure.own_model import compare_model  # noqa: E402
+from labkit.shapes.hf_models import small_spec  # noqa: E402
 
 spec = small_spec("llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=96)
 report = compare_model(spec, batch=2, seq=32, precision="bf16-mixed", attention="sdpa")
@@ -459,9 +463,9 @@ print(report)
 # transformers on the `meta` device (shapes only, no memory):
 
 # %%
-from labkit.estimate import TrainingSetup, estimate_memory  # noqa: E402
-from labkit.hf_config import from_config, shipped_configs  # noqa: E402
-from labkit.hf_models import build_model, count_parameters  # noqa: E402
+from labkit.predict.estimate import TrainingSetup, estimate_memory  # noqa: E402
+from labkit.shapes.hf_config import from_config, shipped_configs  # noqa: E402
+from labkit.shapes.hf_models import build_model, count_parameters  # noqa: E402
 
 mistral = from_config(shipped_configs()["mistral-7b"])
 print(f"{mistral.shape.name}: labkit {mistral.shape.params:,} parameters, "

@@ -21,11 +21,14 @@
 # ZeRO's own example, 7.5 bn parameters on 64 GPUs (predicted).
 
 # %%
-from labkit import checks, dist, hardware, plots, sim, tables
-from labkit.estimate import TrainingSetup, model_state_bytes
+from labkit import dist, hardware, sim
 from labkit.inter_layer import bubble, pipedream, pipedream_runs, pipeline, report, scale, zero
+from labkit.inter_layer import exercises as _exercises  # noqa: F401  (registers the 02.* exercises)
 from labkit.inter_layer.panel import PipelinePanel
+from labkit.predict import tables
+from labkit.predict.estimate import TrainingSetup, model_state_bytes
 from labkit.shapes import model_shape
+from labkit.teach import checks, plots
 
 stages = {f"stage {z}" if z else "data parallel": model_state_bytes(7_500_000_000, "bf16-mixed", z, 64)
           for z in range(4)}

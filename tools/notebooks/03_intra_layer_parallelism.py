@@ -15,12 +15,13 @@
 # GPT-3 175B layer's activations per GPU, by tensor-parallel degree.
 
 # %%
-from labkit import checks, hardware, plots
-from labkit.estimate import activation_bytes_per_layer
+from labkit import hardware
 from labkit.intra_layer import costs, megatron, multidim, report
 from labkit.intra_layer import exercises as _exercises  # noqa: F401  (registers the 03.* exercises)
 from labkit.intra_layer.panel import TensorParallelPanel
+from labkit.predict.estimate import activation_bytes_per_layer
 from labkit.shapes import model_shape
+from labkit.teach import checks, plots
 
 gpt3 = model_shape("gpt3-175b")
 bars = {f"t={t}" + (" +sp" if sp else ""): {"activations": activation_bytes_per_layer(gpt3, 2048, 1, tp=t, sp=sp)}

@@ -20,16 +20,18 @@
 # catalogue's `memory_bytes`); GB means 1e9 bytes, GiB 2**30; "B" is bytes, "bn" billions.
 
 # %%
-from labkit import checks, hardware, offload_model, plots
-from labkit.model import GPTConfig
+from labkit import hardware
 from labkit.offload import exercises as _exercises  # noqa: F401  (registers the 04.* exercises)
 from labkit.offload import flashneuron, infinity_scale, mobius, swap_sweep, zero_infinity, zero_offload
 from labkit.offload.budget import DeviceOutOfMemory, budgeted_step, model_state_bytes, scaled_capacity
 from labkit.offload.trace import repeats, trace_iterations, trace_step
 from labkit.offload.vdnn import Offloader, OffloadPolicy, offloaded_step
+from labkit.predict import offload_model
 from labkit.references import headline
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer, parameters_equal, seed_everything
 from labkit.shapes import model_shape
-from labkit.train import TrainConfig, Trainer, parameters_equal, seed_everything
+from labkit.teach import checks, plots
 
 seed_everything(0)
 config = TrainConfig(model=GPTConfig(vocab_size=35, d_model=128, n_layer=4, n_head=4), batch_size=16)
@@ -168,8 +170,8 @@ for r in cal.rows:
 predicted_stall = None  # True or False (or "yes" / "no")
 
 # %%
-from labkit.estimate import activation_bytes_per_layer, forward_flops
 from labkit.offload.vdnn import predict_vdnn, stall_seconds
+from labkit.predict.estimate import activation_bytes_per_layer, forward_flops
 
 llama = model_shape("llama2-7b")
 stalls = {}
@@ -275,7 +277,7 @@ for row in zero_offload.largest_model_table():
 # ZeRO-Offload runs on ZeRO stage 2, which does not partition the parameters: every GPU
 # keeps all of the 16-bit weights, and only the host side (gradients and fp32 states) is
 # split among the GPUs. Over ZeRO stage 3 the weights are split too. The two are distinct
-# strategies in `labkit.offload_model`, the one source the cost model (notebook 07) and the
+# strategies in `labkit.predict.offload_model`, the one source the cost model (notebook 07) and the
 # advisor (notebook 09) read:
 
 # %%

@@ -14,9 +14,8 @@
 # formula that predicts it; the scale-up to real models and GPUs is labkit's model.
 
 # %%
-from labkit import checks, plots
 from labkit.measure import measure_step
-from labkit.model import GPTConfig
+from labkit.predict.tables import text_table
 from labkit.reduction import (
     checkpoint_plan,
     compress,
@@ -30,8 +29,9 @@ from labkit.reduction import (
     weight_quant,
 )
 from labkit.reduction import exercises as _exercises  # noqa: F401  (registers the 05.* exercises)
-from labkit.tables import text_table
-from labkit.train import TrainConfig, seed_everything
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, seed_everything
+from labkit.teach import checks, plots
 
 seed_everything(0)
 

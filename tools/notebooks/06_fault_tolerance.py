@@ -19,13 +19,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from labkit import checks, plots
+from labkit.predict.tables import text_table
 from labkit.references import failure_traces
 from labkit.resilience import cluster, corrupt, crash, failover, redundancy, save_cost, sweep
 from labkit.resilience import exercises as _exercises  # noqa: F401  (registers the 06.* exercises)
 from labkit.resilience.worker import micro_config
-from labkit.tables import text_table
-from labkit.train import seed_everything
+from labkit.rig.train import seed_everything
+from labkit.teach import checks, plots
 
 seed_everything(0)
 work = Path(tempfile.mkdtemp(prefix="labkit-06-"))

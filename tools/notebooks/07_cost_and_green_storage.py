@@ -16,15 +16,16 @@
 # GiB = 2**30 bytes, "B" is bytes, "bn" a billion of something else.
 
 # %%
-from labkit import checks, hardware
-from labkit import offload_model as om
+from labkit import hardware
 from labkit.economics import capital, energy, grid, holding, published, run, strategies
 from labkit.economics import exercises as _exercises  # noqa: F401  (registers the 07.* exercises)
 from labkit.economics.measured import measure_gemm_bytes
 from labkit.economics.panel import EconomicsPanel
 from labkit.economics.traffic import gemm_traffic
+from labkit.predict import offload_model as om
+from labkit.predict.tables import text_table
 from labkit.shapes import model_shape
-from labkit.tables import text_table
+from labkit.teach import checks
 
 h100 = hardware.gpu("H100-SXM")
 print(f"H100-SXM: ${h100.price_usd:,.0f}, {h100.tdp_watts:.0f} W, {h100.memory_bytes / 2**30:.1f} GiB "
@@ -96,7 +97,7 @@ print(text_table(["per bit moved", "pJ (catalogue)"], rows))
 # energy model charges at the GPU memory's pJ/bit.
 
 # %%
-from labkit.model import GPTConfig
+from labkit.rig.model import GPTConfig
 
 cfg = GPTConfig(vocab_size=35, n_layer=2, d_model=64, n_head=4, seq_len=64)
 gemms = measure_gemm_bytes(cfg, batch_size=2)
@@ -108,12 +109,12 @@ assert gemms.nbytes == formula.weight_bytes + formula.activation_bytes  # measur
 # %% [markdown]
 # Second and third, notebook 04's ZeRO-Offload and ZeRO-Infinity runs on the tiny GPT, run
 # again here: the bytes per parameter per step that cross PCIe (ZeRO-Offload) and that are read
-# from and written to NVMe (ZeRO-Infinity), measured, beside `labkit.offload_model`, the one
+# from and written to NVMe (ZeRO-Infinity), measured, beside `labkit.predict.offload_model`, the one
 # accounting the offload notebook, the advisor and this notebook share.
 
 # %%
 from labkit.offload import zero_infinity, zero_offload
-from labkit.train import TrainConfig
+from labkit.rig.train import TrainConfig
 
 tiny = TrainConfig(model=GPTConfig(vocab_size=35, d_model=64, n_layer=2, n_head=4), precision="bf16-mixed",
                    batch_size=4)

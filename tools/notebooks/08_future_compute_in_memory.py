@@ -12,12 +12,12 @@
 # the crossbar runs the trained tiny GPT's layers, and the rest is labkit's model (predicted).
 
 # %%
-from labkit import checks, plots
 from labkit.future import crossbar, crossbar_study, hierarchy, near_data, pim
 from labkit.future import exercises as _exercises  # noqa: F401  (registers the 08.* exercises)
-from labkit.model import GPTConfig
-from labkit.tables import text_table
-from labkit.train import TrainConfig, Trainer, seed_everything
+from labkit.predict.tables import text_table
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer, seed_everything
+from labkit.teach import checks, plots
 
 seed_everything(0)
 

@@ -10,22 +10,24 @@
 # checked against measurements, and searches the combinations for a cluster you pick.
 
 # %%
-from labkit import checks, conventions, hardware, largest, references
+from labkit import hardware, references
 from labkit.advisor import calibration, capstone, flow, search, summary
 from labkit.advisor import exercises as _exercises  # noqa: F401  (registers the 09.* exercises)
 from labkit.advisor.report import advice_text
-from labkit.compare import memory_comparison, setup_for
 from labkit.measure import measure_step
-from labkit.model import GPTConfig
+from labkit.measure.compare import memory_comparison, setup_for
+from labkit.predict import conventions, largest
+from labkit.rig.model import GPTConfig
+from labkit.rig.train import TrainConfig, Trainer, seed_everything
 from labkit.shapes import ModelShape
-from labkit.train import TrainConfig, Trainer, seed_everything
+from labkit.teach import checks
 
 seed_everything(0)
 
 # %% [markdown]
 # ## 1 · The models the advisor stands on, measured once more
 #
-# The advisor's memory figures come from `labkit.estimate` (ZeRO's model states,
+# The advisor's memory figures come from `labkit.predict.estimate` (ZeRO's model states,
 # Korthikanti et al.'s activations). One real mixed-precision step of the tiny GPT, measured
 # beside the same formulas:
 
@@ -89,7 +91,7 @@ for name in ("A100-80GB", "V100-32GB"):
 # (16-bit weights and gradients, fp32 master weights, momentum and variance); DeepSpeed's
 # estimators also count fp32 gradients (18 bytes partitioned), add a gather buffer of
 # 4 bytes × the largest layer at ZeRO-3, and print GiB labelled "GB". `labkit estimate`
-# takes either as `--convention zero|deepspeed` (`labkit.conventions`).
+# takes either as `--convention zero|deepspeed` (`labkit.predict.conventions`).
 #
 # ZeRO's Table 2 gives the largest model each stage fits on 32 GB V100s, counting model
 # states only. `labkit estimate --largest` answers the same question; under ZeRO's own
