@@ -44,6 +44,7 @@ class Exercise:
     hint: str | tuple[str, ...]  # one hint, or hint steps shown one more per wrong try
     why: str | Callable[[], str]  # a callable computes its figures with labkit, when it is shown
     mistakes: tuple[Mistake, ...] = ()
+    unit: str = ""  # the unit the question asks in ("GB", "min", "fraction"): which unit slips to name
 
     def steps(self) -> tuple[str, ...]:
         """The hint steps; the worked answer is appended by :func:`check` as the last step."""
@@ -76,7 +77,7 @@ def _diagnosis(ex: Exercise, value: float, right: float) -> str:
         wrong = mistake.value()
         if abs(value - wrong) <= max(ex.rel_tol, 1e-3) * abs(wrong) + 1e-12 and abs(wrong - right) > 1e-12:
             return mistake.name
-    return diagnose(value, right)
+    return diagnose(value, right, unit=ex.unit)
 
 
 def check(key: str, answer: float | None) -> Feedback:

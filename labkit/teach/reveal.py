@@ -84,7 +84,7 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         by = f"{100 * abs(off - 1):.0f}%" if 0.5 <= off <= 2 else f"a factor of {max(off, 1 / off):,.3g}" if off > 0 \
             else "the sign"
         verdict = f"Wrong: too {'high' if g > value else 'low'} by {by}"
-    slip = "" if ok else diagnose(g, value)
+    slip = "" if ok else diagnose(g, value, unit=unit)
     slip = f" Likely slip: {slip}" + ("" if slip.endswith("?") else ".") if slip else ""
     record("prediction", what, g, ok, slip.strip())
     rule = "counts are judged exactly" if exact else f"right within {100 * tol:.0f}%"
