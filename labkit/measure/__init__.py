@@ -44,7 +44,8 @@ from labkit.measure.saved import (
     optimizer_bytes,
     unique_bytes,
 )
-from labkit.rig.train import Batch, LossFn, Trainer, batch_tensors, blocks_of, loss_of
+from labkit.rig.step import StepHooks, training_step
+from labkit.rig.train import Batch, LossFn, Trainer, batch_tensors, blocks_of
 
 __all__ = [
     "CATEGORIES", "PHASES", "SHARED", "LiveBytes", "ModuleHooks", "SavedTensor", "SavedTensorRecorder",
@@ -61,20 +62,21 @@ def measure_step(trainer: Trainer, step: int | None = None) -> StepMemory:
     read after backward; optimizer states after the optimizer step (the first step
     creates them). The trainer's state advances exactly as ``trainer.step`` would.
     """
-    i = trainer.steps_done if step is None else step
-    model, opt = trainer.model, trainer.optimizer
-    model.train()
-    batch = trainer.data(i)
-    with SavedTensorRecorder(model, exclude=tuple(batch_tensors(batch)), blocks=blocks_of(trainer)) as rec, \
-            trainer.forward_context():
-        loss = loss_of(trainer, batch)
-    trainer.backward(loss)
-    grads = unique_bytes(p.grad for p in model.parameters())
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
-    states, bookkeeping = optimizer_bytes(opt)
-    return StepMemory(unique_bytes(model.parameters()), grads, states, bookkeeping, rec.saved, rec.batch_bytes)
+    model = trainer.model
+    recorders: list[SavedTensorRecorder] = []
+    grads: list[int] = []
+
+    def record(batch: Batch) -> SavedTensorRecorder:
+        recorders.append(SavedTensorRecorder(model, exclude=tuple(batch_tensors(batch)), blocks=blocks_of(trainer)))
+        return recorders[0]
+
+    def read_grads(_: torch.Tensor) -> None:
+        grads.append(unique_bytes(p.grad for p in model.parameters()))
+
+    training_step(trainer, step, StepHooks(forward=record, after_backward=read_grads))
+    rec = recorders[0]
+    states, bookkeeping = optimizer_bytes(trainer.optimizer)
+    return StepMemory(unique_bytes(model.parameters()), grads[0], states, bookkeeping, rec.saved, rec.batch_bytes)
 
 
 def measure_model(model: nn.Module, batch: Batch | Callable[[int], Batch], *,

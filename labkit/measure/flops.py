@@ -12,7 +12,6 @@ keeping the a*s^2 probabilities (Dao et al., "FlashAttention", NeurIPS 2022, Alg
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +19,7 @@ from torch.utils import flop_counter as fc
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.predict.estimate import training_flops
+from labkit.rig.step import StepHooks, forward_backward
 from labkit.shapes import ModelShape
 
 _CPU_FLASH = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
@@ -50,14 +50,8 @@ class StepFlops:
 def measure_flops(trainer, step: int = 0) -> StepFlops:
     """FLOPs of the forward and backward pass on batch ``step`` (no optimizer step), fused attention counted."""
     register_cpu_flash_formulas()
-    batch = trainer.data(step)
-    from labkit.rig.train import loss_of
-
-    context = getattr(trainer, "forward_context", None)
-    with FlopCounterMode(display=False) as fwd, (context() if context else nullcontext()):
-        loss = loss_of(trainer, batch)
-    with FlopCounterMode(display=False) as bwd:
-        loss.backward()
+    fwd, bwd = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    forward_backward(trainer, step, StepHooks(forward=lambda _: fwd, backward=lambda _: bwd))
     trainer.optimizer.zero_grad(set_to_none=True)
     return StepFlops(fwd.get_total_flops(), bwd.get_total_flops())
 

@@ -171,20 +171,10 @@ def whole_step_peak(trainer, step: int | None = None) -> WholeStepPeak:
 
 
 def _phased_step(trainer, i: int, tracker) -> None:
-    """``trainer.step(i)`` in three phases, naming each for ``tracker`` (a LiveBytes or a CUDA recorder)."""
-    tracker.phase = "forward"
-    batch = trainer.data(i)
-    from labkit.rig.train import loss_of
+    """``trainer.step(i)``, naming each phase for ``tracker`` (a LiveBytes or a CUDA recorder)."""
+    from labkit.rig.step import StepHooks, training_step
 
-    with trainer.forward_context():
-        loss = loss_of(trainer, batch)
-    tracker.phase = "backward"
-    trainer.backward(loss)
-    del loss
-    tracker.phase = "optimizer"
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
+    training_step(trainer, i, StepHooks(phase=lambda name: setattr(tracker, "phase", name)))
 
 
 class _CudaPhases:

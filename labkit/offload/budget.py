@@ -30,6 +30,8 @@ from labkit.hardware import gpu as find_gpu
 from labkit.measure import ModuleHooks
 from labkit.predict.offload_model import ZERO3
 from labkit.rig.model import count_parameters
+from labkit.rig.step import StepHooks, training_step
+from labkit.rig.train import batch_tensors
 
 BYTES_PER_PARAM = int(ZERO3.gpu_bytes_per_param(1))  # ZeRO's 2 + 2 + 12 (mixed) = 4 + 4 + 8 (fp32 AdamW)
 
@@ -196,23 +198,19 @@ class BudgetedDevice(SavedHooks):
 
 
 def budgeted_step(trainer, capacity: int | None, step: int | None = None) -> ResidentCounter:
-    """One real training step of ``trainer`` against ``capacity`` bytes; returns the counter.
+    """One real training step of ``trainer`` against ``capacity`` bytes (under its autocast); returns the counter.
 
     Raises :class:`DeviceOutOfMemory` (gradients of the failed step are cleared) when it does not fit.
     """
-    i = trainer.steps_done if step is None else step
-    x, y = trainer.data(i)
-    trainer.model.train()
     dev = BudgetedDevice(trainer.model, capacity)
-    dev.exclude(x, y)
+
+    def around(batch) -> BudgetedDevice:
+        dev.exclude(*batch_tensors(batch))
+        return dev
+
     try:
-        with dev:
-            _, loss = trainer.model(x, y)
-            loss.backward()
+        training_step(trainer, step, StepHooks(around=around))
     except DeviceOutOfMemory:
         trainer.optimizer.zero_grad(set_to_none=True)
         raise
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
     return dev.counter

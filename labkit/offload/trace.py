@@ -18,6 +18,8 @@ import torch.nn as nn
 
 from labkit.errors import LabkitError, require_positive
 from labkit.offload.budget import SavedHooks
+from labkit.rig.step import StepHooks, training_step
+from labkit.rig.train import batch_tensors
 
 Signature = tuple[str, tuple[int, ...], str, int]
 
@@ -112,19 +114,17 @@ class Tracer(SavedHooks):
 
 
 def trace_step(trainer, step: int | None = None) -> Trace:
-    """Run one real training step of ``trainer`` (optimizer included) and trace it."""
-    i = trainer.steps_done if step is None else step
-    x, y = trainer.data(i)
-    trainer.model.train()
-    tracer = Tracer(trainer.model, exclude=(x, y))
-    with tracer:
-        _, loss = trainer.model(x, y)
+    """Run one real training step of ``trainer`` (optimizer included, under its autocast) and trace it."""
+    tracer = Tracer(trainer.model)
+
+    def around(batch) -> Tracer:
+        tracer.exclude(*batch_tensors(batch))
+        return tracer
+
+    def forward_ended(_: torch.Tensor) -> None:
         tracer.forward_end = tracer.clock
-        loss.backward()
-        del loss
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
+
+    training_step(trainer, step, StepHooks(around=around, after_forward=forward_ended))
     return tracer.trace()
 
 

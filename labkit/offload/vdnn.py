@@ -38,6 +38,8 @@ from __future__ import annotations
 import fnmatch
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +53,8 @@ from labkit.hardware import transfer_time
 from labkit.offload.budget import DeviceOutOfMemory, ResidentCounter, SavedHooks, _Held, model_state_bytes
 from labkit.offload.disk import DiskFull, DiskStore
 from labkit.offload.trace import Trace
+from labkit.rig.step import StepHooks, forward_backward, training_step
+from labkit.rig.train import batch_tensors
 from labkit.sim import Task, Timeline, simulate
 
 POLICIES = ("all", "conv-like", "largest-k", "modules")
@@ -378,29 +382,29 @@ class Offloader(SavedHooks):
             self._disk, self.dir = None, None
 
 
+def _offload_hooks(off: Offloader) -> StepHooks:
+    """The offloader in a step: a fresh start with the batch left out, the prefetcher once forward ends."""
+
+    @contextmanager
+    def around(batch) -> Iterator[None]:
+        off.begin_step(*batch_tensors(batch))
+        try:
+            yield
+        finally:
+            off.end_step()
+
+    return StepHooks(around=around, after_forward=lambda _: off.begin_backward())
+
+
 def offloaded_forward_backward(trainer, off: Offloader, step: int | None = None) -> torch.Tensor:
     """Loss of batch ``step`` with gradients in ``.grad``, saved activations offloaded by ``off``."""
     i = trainer.steps_done if step is None else step
-    x, y = trainer.data(i)
-    trainer.model.train()
-    off.begin_step(x, y)
-    try:
-        _, loss = trainer.model(x, y)
-        off.begin_backward()
-        loss.backward()
-    finally:
-        off.end_step()
-    return loss.detach()
+    return forward_backward(trainer, i, _offload_hooks(off)).detach()
 
 
 def offloaded_step(trainer, off: Offloader, step: int | None = None) -> float:
     """One full training step (optimizer included) with offload; returns the loss."""
-    i = trainer.steps_done if step is None else step
-    loss = offloaded_forward_backward(trainer, off, i)
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
-    return loss.item()
+    return training_step(trainer, step, _offload_hooks(off))
 
 
 def timed(fn, *args) -> tuple[object, float]:

@@ -31,6 +31,7 @@ from labkit.predict.estimate import activation_bytes_outside_layers, activation_
 from labkit.predict.offload_model import ZERO_OFFLOAD
 from labkit.references import headline
 from labkit.rig.model import count_parameters
+from labkit.rig.step import StepHooks, training_step
 from labkit.rig.train import MasterWeightAdamW, TrainConfig, Trainer
 from labkit.shapes import ModelShape
 
@@ -117,18 +118,19 @@ def run_zero_offload(cfg: TrainConfig, steps: int) -> ZeroOffloadRun:
     params = list(trainer.model.parameters())
     losses, down, up = [], [], []
     device_bytes: dict[str, int] = {}
-    for i in range(steps):
-        trainer.model.train()
-        loss = trainer.forward_backward(i)
+
+    def read_device(_: torch.Tensor) -> None:
         if not device_bytes:
-            device_bytes = {"parameters_16bit": _nbytes(params),
-                            "gradients_16bit": _nbytes([p.grad for p in params if p.grad is not None])}
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        trainer.steps_done = i + 1
-        losses.append(loss.item())
+            device_bytes.update({"parameters_16bit": _nbytes(params),
+                                 "gradients_16bit": _nbytes([p.grad for p in params if p.grad is not None])})
+
+    def read_link() -> None:
         down.append(opt.bytes_down)
         up.append(opt.bytes_up)
+
+    hooks = StepHooks(after_backward=read_device, after_optimizer=read_link)
+    for i in range(steps):
+        losses.append(training_step(trainer, i, hooks))
     return ZeroOffloadRun(count_parameters(trainer.model), losses, down, up, device_bytes, opt.host_bytes(),
                           [p.detach().clone() for p in params])
 

@@ -31,6 +31,7 @@ from labkit.resilience.checkpoint import resume, save_checkpoint
 from labkit.resilience.state import digest, flat_state
 from labkit.rig.data import vocab_size
 from labkit.rig.model import GPTConfig
+from labkit.rig.step import NO_HOOKS, StepHooks, training_step
 from labkit.rig.train import TrainConfig, Trainer
 
 KILL_PHASES = ("step", "written", "manifest")
@@ -104,14 +105,7 @@ def _killer(phase: str) -> Callable[[str], None]:
 
 
 def _plain_step(trainer: Trainer, i: int, dies_here: bool) -> float:
-    trainer.model.train()
-    loss = trainer.forward_backward(i)
-    if dies_here:
-        _die()
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
-    return loss.item()
+    return training_step(trainer, i, StepHooks(after_backward=lambda _: _die()) if dies_here else NO_HOOKS)
 
 
 def group_worker(rank: int, world: int, root: str, steps: int, every: int, seed: int = 0,
@@ -130,17 +124,19 @@ def group_worker(rank: int, world: int, root: str, steps: int, every: int, seed:
     params = [p for p in trainer.model.parameters() if p.requires_grad]
 
     def step(i: int) -> torch.Tensor:
-        trainer.model.train()
-        loss = trainer.forward_backward(i * world + rank)
-        if rank == kill_rank and kill_phase == "step" and kill_step == i:
-            _die()
-        for p in params:
-            dist.all_reduce(p.grad)
-            p.grad.div_(world)
-        trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+
+        def average(loss: torch.Tensor) -> None:
+            if rank == kill_rank and kill_phase == "step" and kill_step == i:
+                _die()
+            for p in params:
+                dist.all_reduce(p.grad)
+                p.grad.div_(world)
+            losses.append(loss.detach().clone())
+
+        training_step(trainer, i * world + rank, StepHooks(after_backward=average))
         trainer.steps_done = i + 1
-        total = loss.detach().clone()
+        total = losses[0]
         dist.all_reduce(total)
         return total / world
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -26,10 +25,10 @@ import torch.nn as nn
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.rig.data import Batches, batches, vocab_size
 from labkit.rig.model import GPTConfig, TinyGPT
+from labkit.rig.step import Batch, forward_backward, training_step
 
 TRAIN_PRECISIONS = ("fp32", "bf16-mixed")
 MODEL_PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")  # a user's own model (``Trainer(model=...)``)
-Batch = Any  # (x, y), a dict of keyword arguments (transformers' style), or one tensor
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 DEFAULT_THREADS = 2
 
@@ -124,12 +123,6 @@ def default_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return loss
 
 
-def loss_of(trainer, batch: Batch) -> torch.Tensor:
-    """A trainer's loss on ``batch``: its ``compute_loss``, or ``model(x, y)[1]`` (a trainer-like object)."""
-    compute = getattr(trainer, "compute_loss", None)
-    return compute(batch) if compute is not None else trainer.model(*batch)[1]
-
-
 def blocks_of(trainer) -> str:
     """The qualified name of a trainer's list of layers ("h" for the tiny GPT and trainer-like objects)."""
     blocks = getattr(trainer, "blocks", "h")
@@ -219,22 +212,12 @@ class Trainer:
         loss.backward()
 
     def forward_backward(self, step: int) -> torch.Tensor:
-        """Loss of batch ``step``, with gradients accumulated into ``.grad``."""
-        batch = self.data(step)
-        with self.forward_context():
-            loss = self.compute_loss(batch)
-        self.backward(loss)
-        return loss
+        """Loss of batch ``step``, with gradients accumulated into ``.grad`` (``labkit.rig.step``)."""
+        return forward_backward(self, step)
 
     def step(self, step: int | None = None) -> float:
-        """One full training step on batch ``step`` (default: the next one)."""
-        i = self.steps_done if step is None else step
-        self.model.train()
-        loss = self.forward_backward(i)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.steps_done = i + 1
-        return loss.item()
+        """One full training step on batch ``step`` (default: the next one): ``labkit.rig.step.training_step``."""
+        return training_step(self, step)
 
     def run(self, steps: int, progress: bool = False, desc: str = "training") -> list[float]:
         """Train ``steps`` steps and return their losses; ``progress`` shows a tqdm bar."""
