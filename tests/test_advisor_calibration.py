@@ -6,9 +6,11 @@ from functools import lru_cache
 
 import pytest
 
-from labkit.advisor import calibration, costing, kernels, steptime
+from labkit.advisor import calibration, costing
 from labkit.advisor.costing import Layout
 from labkit.hardware import gpu
+from labkit.predict import collectives as coll
+from labkit.predict import compute
 from labkit.shapes import ModelShape, model_shape
 
 
@@ -83,9 +85,9 @@ def test_bubble_is_not_counted_twice() -> None:
     shape, mc = model_shape("gpt3-175b"), costing.machine("A100-80GB", 1024)
     t = costing.step_times(shape, 2048, 1536, Layout(8, 8, 16, 1, 0, "full"), mc)
     kernels_only = t["compute"] / (1536 // 8)
-    lt = kernels.layer_times(shape, 2048, 1, 8, mc.cluster.device, "bf16", True)
+    lt = compute.layer_times(shape, 2048, 1, 8, mc.cluster.device, "bf16", True)
     assert kernels_only == pytest.approx(shape.layers / 16 * (2 * lt.forward + lt.backward)
-                                         + 3 * kernels.logits_seconds(shape, 2048, 1, 8, mc.cluster.device))
+                                         + 3 * compute.logits_seconds(shape, 2048, 1, 8, mc.cluster.device))
 
 
 def test_zero2_reduces_every_micro_batch() -> None:
@@ -102,12 +104,12 @@ def test_zero2_reduces_every_micro_batch() -> None:
 
 def test_micro_batch_changes_kernel_efficiency_at_small_shapes() -> None:
     shape, dev = ModelShape("small", 12, 768, 12, 50257, 128), gpu("A100-80GB")
-    per_seq = [kernels.layer_times(shape, 128, b, 1, dev).forward / b for b in (1, 4, 16)]
+    per_seq = [compute.layer_times(shape, 128, b, 1, dev).forward / b for b in (1, 4, 16)]
     assert per_seq[0] > per_seq[1] > per_seq[2]  # memory-bound GEMMs and launches amortised over the batch
 
 
 def test_collectives_use_nccl_bus_bandwidth() -> None:
     nv = costing.machine("A100-80GB", 8).cluster.intra_node
-    assert steptime.bus_bandwidth(nv) == pytest.approx(200e9)  # nccl-tests issue 149: ~200 GB/s on 8 A100s
-    t = steptime.allreduce_seconds(1e9, 8, nv)
+    assert coll.bandwidth(nv) == pytest.approx(200e9)  # nccl-tests issue 149: ~200 GB/s on 8 A100s
+    t = coll.all_reduce(1e9, 8, nv)
     assert t == pytest.approx(2 * 7 / 8 * 1e9 / 200e9 + 14 * nv.latency_s)

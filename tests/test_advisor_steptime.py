@@ -6,10 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.advisor import costing, kernels, search, steptime
+from labkit.advisor import costing, search
 from labkit.advisor.costing import Layout
 from labkit.errors import LabkitError
 from labkit.hardware import gpu, link
+from labkit.predict import collectives as coll
+from labkit.predict import compute
 from labkit.shapes import ModelShape, model_shape
 
 SHAPES = st.builds(lambda layers, heads, d, seq: ModelShape("h", layers, heads * d, heads, 32000, seq),
@@ -21,23 +23,23 @@ SHAPES = st.builds(lambda layers, heads, d, seq: ModelShape("h", layers, heads *
 @given(SHAPES, st.sampled_from([1, 2, 4, 8]), st.sampled_from(["A100-80GB", "H100-SXM", "RTX-4090"]))
 def test_kernel_time_is_at_least_the_roofline_and_shrinks_with_tp(shape, tp, name):
     dev = gpu(name)
-    lt = kernels.layer_times(shape, shape.seq, 1, tp, dev)
+    lt = compute.layer_times(shape, shape.seq, 1, tp, dev)
     h, s = shape.hidden, shape.seq
     gemm_flops = 2 * s * (3 * h * h + h * h + 2 * h * shape.ffn_size) / tp
     assert lt.gemm >= gemm_flops / dev.peak_flops["bf16"] - 1e-12  # never faster than peak
     assert lt.forward > 0 and lt.backward > lt.forward
     if tp > 1:
-        assert kernels.layer_times(shape, s, 1, 1, dev).gemm > lt.gemm  # each rank multiplies 1/t of the weights
+        assert compute.layer_times(shape, s, 1, 1, dev).gemm > lt.gemm  # each rank multiplies 1/t of the weights
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 10**10), st.integers(2, 1024))
 def test_collectives(nbytes, n):
     nv = link("nvlink3")
-    ar = steptime.allreduce_seconds(nbytes, n, nv)
-    assert ar == pytest.approx(2 * steptime.gather_seconds(nbytes, n, nv))
+    ar = coll.all_reduce(nbytes, n, nv)
+    assert ar == pytest.approx(coll.all_gather(nbytes, n, nv) + coll.reduce_scatter(nbytes, n, nv))
     assert ar >= 2 * (n - 1) / n * nbytes / nv.bandwidth  # never faster than the wire
-    assert steptime.allreduce_seconds(nbytes, 1, nv) == 0.0
+    assert coll.all_reduce(nbytes, 1, nv) == 0.0
 
 
 @settings(max_examples=20, deadline=None)

@@ -29,6 +29,8 @@ from labkit.advisor.machine import DEFAULT_HEADROOM, Machine, machine
 from labkit.economics import capital, energy, grid
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import GB, transfer_time
+from labkit.predict import collectives as coll
+from labkit.predict import compute
 from labkit.predict import offload_model as om
 from labkit.predict.estimate import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
 from labkit.reduction.design import optimizer_state_bytes
@@ -202,7 +204,8 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     dtype = "fp32" if lay.precision == "fp32" else "bf16"
     e = PRECISIONS[lay.precision].weights
     m, ln = microbatches(global_batch, lay), links(lay, mc)
-    k = steptime.stage_seconds(shape, seq, lay, dev, dtype)
+    k = compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
+                              lay.attention == "fused", lay.recompute)
     kernels_mb = k["forward"] + k["backward"] + k["recompute"]
     tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
     pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e)
@@ -212,7 +215,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     local = shape.params / (lay.tp * lay.pp)
     moved, out["dp"] = steptime.dp_seconds(local, lay, m, ln["dp"], PRECISIONS[lay.precision].grads, e,
                                            k["backward"])
-    out["peer_bytes"] = moved + out["tp"] * steptime.bus_bandwidth(ln["tp"]) + out["pp"] * ln["pp"].bandwidth
+    out["peer_bytes"] = moved + out["tp"] * coll.bandwidth(ln["tp"]) + out["pp"] * ln["pp"].bandwidth
     shard = local / (lay.dp if lay.zero_stage >= 1 else 1)
     out["optimizer"] = steptime.optimizer_seconds(shard, lay, dev)
     mdl = offload_model(lay.offload, lay.zero_stage)

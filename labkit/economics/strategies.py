@@ -18,7 +18,9 @@ are ``offload_model``'s (the papers' accounting), and notebook 07 passes the val
 notebook 04's runs. Step time = the slowest of compute, PCIe, GPU-to-GPU, CPU step and NVMe when
 they overlap (ZeRO-Offload's delayed parameter update, ZeRO-Infinity's overlap engine), their
 sum when not. Compute time = the larger of model FLOPs / (GPUs x peak x MFU) and the step's HBM
-bytes / (GPUs x HBM bandwidth) (the roofline, Williams et al. 2009); MFU (``MFU``) is an assumption.
+bytes / (GPUs x HBM bandwidth) (``labkit.predict.compute``, the roofline of Williams et al. 2009);
+MFU (``MFU``) is an assumption. GPU-to-GPU is ZeRO-3's two all-gathers of the 16-bit parameters and
+one reduce-scatter of the gradients, priced by ``labkit.predict.collectives``.
 The server, its DRAM and its SSDs are the catalogue's server for the GPU (``server``: a DGX H100
 has 2 TB of DDR5 and eight 3.84 TB U.2 enterprise data drives), unless a plan names others.
 """
@@ -31,6 +33,8 @@ from dataclasses import dataclass
 from labkit import hardware
 from labkit.economics.traffic import GemmTraffic, gemm_traffic
 from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.predict import collectives as coll
+from labkit.predict import compute
 from labkit.predict import offload_model as om
 from labkit.predict.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
 from labkit.shapes import ModelShape
@@ -211,12 +215,12 @@ def plan(strategy: str, shape: ModelShape, gpu: str, *, gpus: int | None = None,
     acts = 2 * _activation_bytes(shape, seq, 1) * sequences  # each saved byte written once, read once
     hbm = gemm.total_bytes * sequences / micro_batch + acts + (t.optimizer * psi if strategy == "hbm" else 0.0)
     flops = training_flops(shape, seq, 1) * sequences  # model FLOPs: recompute is inside the MFU
-    flop_s = flops / (gpus * dev.peak_flops["bf16"] * mfu)
-    compute_s = max(flop_s, hbm / (gpus * dev.memory_bandwidth))
+    flop_s = compute.kernel_seconds(flops / gpus, 0.0, dev, "bf16", mfu)
+    compute_s = compute.kernel_seconds(flops / gpus, hbm / gpus, dev, "bf16", mfu, 1.0)
     pcie_s = t.link * psi / gpus / cat.link(dev.pcie).bandwidth
     peer_bytes = 0.0 if gpus == 1 else 2.0 * 3 * psi  # ZeRO-3: 3 Psi fp16 elements per GPU per step
     peer_link = cat.link(dev.nvlink or dev.pcie) if gpus <= gpus_per_server else cat.link(inter_node)
-    peer_s = peer_bytes / peer_link.bandwidth
+    peer_s = 2 * coll.all_gather(2.0 * psi, gpus, peer_link) + coll.reduce_scatter(2.0 * psi, gpus, peer_link)
     dram_bw = host_hw.dram_bandwidth(dram_t) if hasattr(host_hw, "dram_bandwidth") else \
         host_hw.sockets * dram_t.read_bandwidth
     cpu_s = 0.0 if strategy == "hbm" else t.optimizer * psi / (servers * dram_bw)

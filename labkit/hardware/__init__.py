@@ -72,15 +72,21 @@ def transfer_time(nbytes: float, link: Link) -> float:
     return 0.0 if n == 0 else link.latency_s + n / link.bandwidth
 
 
-def roofline_time(flops: float, nbytes: float, device: Device, dtype: str = "bf16") -> float:
-    """Lower bound on a kernel's time: the slower of computing and reading memory.
+def roofline_time(flops: float, nbytes: float, device: Device, dtype: str = "bf16", efficiency: float = 1.0,
+                  memory_efficiency: float = 1.0) -> float:
+    """A kernel's time: the slower of computing and reading memory, at the given shares of the peaks.
 
-    Roofline model, Williams, Waterman and Patterson, CACM 2009: a kernel cannot
-    finish before its FLOPs at peak, nor before its bytes at memory bandwidth.
+    Roofline model, Williams, Waterman and Patterson, CACM 2009: a kernel cannot finish before
+    its FLOPs at ``efficiency`` x peak, nor before its bytes at ``memory_efficiency`` x memory
+    bandwidth. At 1.0 and 1.0 (the default) it is the lower bound; ``labkit.predict.compute`` holds
+    the shares real kernels reach. The one compute-time formula of labkit.
     """
     f, n = _number("flops", flops), _number("nbytes", nbytes)
     require_choice("dtype", dtype, list(device.peak_flops))
-    return max(f / device.peak_flops[dtype], n / device.memory_bandwidth)
+    for name, value in (("efficiency", efficiency), ("memory_efficiency", memory_efficiency)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise LabkitError(f"{name} must be a share of the peak in (0, 1] (got {value!r})")
+    return max(f / (device.peak_flops[dtype] * efficiency), n / (device.memory_bandwidth * memory_efficiency))
 
 
 def cluster(

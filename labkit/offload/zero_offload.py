@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from labkit.errors import LabkitError, require_positive
 from labkit.hardware import gpu, link, tier, transfer_time
+from labkit.predict import compute
 from labkit.predict.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, training_flops
 from labkit.predict.offload_model import ZERO_OFFLOAD
 from labkit.references import headline
@@ -250,6 +251,6 @@ def step_time(shape: ModelShape, gpu_name: str = "V100-32GB", micro_batch: int =
     text = (f"GPU at {mfu:.0%} of {dev.peak_flops['fp16'] / 1e12:.0f} TFLOPS, batch {micro_batch} x {shape.seq}, "
             f"full recompute; CPU Adam {ADAM_BYTES_PER_PARAM} B/param at {memory_efficiency:.0%} of "
             f"{dram.name} {dram.read_bandwidth / 1e9:.0f} GB/s; {pcie.name} {pcie.bandwidth / 1e9:.0f} GB/s")
-    return StepTime(flops / (mfu * dev.peak_flops["fp16"]),
+    return StepTime(compute.kernel_seconds(flops, 0.0, dev, "fp16", mfu),
                     ADAM_BYTES_PER_PARAM * psi / (memory_efficiency * dram.read_bandwidth),
                     transfer_time(2 * psi, pcie), transfer_time(2 * psi, pcie), text)

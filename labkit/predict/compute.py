@@ -1,4 +1,10 @@
-"""Seconds one GPU spends in one transformer layer's kernels: a roofline of its GEMMs, attention and element-wise ops.
+"""Compute time: the one roofline every topic and the advisor price kernels with, and a transformer layer's kernels.
+
+Every kernel here is ``labkit.hardware.roofline_time`` (Williams, Waterman and Patterson, CACM
+2009) at the rates a real kernel reaches: ``GEMM_EFFICIENCY`` of the dense peak and
+``HBM_EFFICIENCY`` of the memory bandwidth (:func:`kernel_seconds`). A model that only knows a
+step's FLOPs (notebook 04's ZeRO-Offload, notebook 07's strategies) passes its own achieved share
+of the peak (MFU) as ``efficiency``; the layer model below prices every kernel from its shape.
 
 The end-to-end efficiency Megatron-LM reports (about half of an A100's peak, Narayanan et al.,
 SC 2021, Table 1) already contains the pipeline bubble and the communication; using it as the
@@ -36,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from labkit.hardware import Device
+from labkit.hardware import Device, roofline_time
 from labkit.shapes import ModelShape
 
 GEMM_EFFICIENCY = 0.80
@@ -65,17 +71,22 @@ class LayerTimes:
         return BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + self.launch
 
 
+def kernel_seconds(flops: float, nbytes: float, dev: Device, dtype: str = "bf16",
+                   efficiency: float = GEMM_EFFICIENCY, memory_efficiency: float = HBM_EFFICIENCY) -> float:
+    """A kernel's seconds: the slower of its FLOPs at ``efficiency`` x peak and its bytes at ``memory_efficiency``
+    x bandwidth (``hardware.roofline_time`` at achieved rates)."""
+    return roofline_time(flops, nbytes, dev, dtype, efficiency, memory_efficiency)
+
+
 def gemm_seconds(m: float, n: float, k: float, dev: Device, dtype: str = "bf16", e: int = 2, count: float = 1.0,
                  efficiency: float = GEMM_EFFICIENCY) -> float:
     """``count`` GEMMs of (m x k) @ (k x n): the slower of FLOPs at ``efficiency`` x peak and bytes at HBM speed."""
-    flops = 2.0 * m * n * k * count
-    nbytes = e * (m * k + k * n + m * n) * count
-    return max(flops / (dev.peak_flops[dtype] * efficiency), nbytes / (dev.memory_bandwidth * HBM_EFFICIENCY))
+    return kernel_seconds(2.0 * m * n * k * count, e * (m * k + k * n + m * n) * count, dev, dtype, efficiency)
 
 
 def stream_seconds(nbytes: float, dev: Device) -> float:
     """A memory-bound kernel: its bytes at ``HBM_EFFICIENCY`` of the memory bandwidth."""
-    return nbytes / (dev.memory_bandwidth * HBM_EFFICIENCY)
+    return kernel_seconds(0.0, nbytes, dev)
 
 
 @lru_cache(maxsize=4096)
@@ -91,7 +102,7 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
     gemm += gemm_seconds(rows, h, ffn / t, dev, dtype, e)  # MLP down
     heads, d = micro_batch * shape.heads / t, h // shape.heads
     if flash:
-        attention = 4.0 * heads * seq * seq * d / (dev.peak_flops[dtype] * FLASH_EFFICIENCY)
+        attention = kernel_seconds(4.0 * heads * seq * seq * d, 0.0, dev, dtype, FLASH_EFFICIENCY)
     else:
         attention = gemm_seconds(seq, seq, d, dev, dtype, e, count=2 * heads)  # QK^T and scores @ V
         attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
@@ -104,3 +115,18 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
 def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16") -> float:
     """Forward of the output layer (h x V GEMM, split over tp) on the last pipeline stage, one micro-batch."""
     return gemm_seconds(micro_batch * seq, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2)
+
+
+RECOMPUTE_AGAIN = ("none", "selective", "full")
+
+
+def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: int, dev: Device, dtype: str = "bf16",
+                  sp: bool = False, flash: bool = False, recompute: str = "none") -> dict[str, float]:
+    """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
+    the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022)."""
+    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash)
+    per_stage = shape.layers / pp
+    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype)
+    again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]
+    return {"forward": per_stage * lt.forward + logits, "backward": per_stage * lt.backward + 2 * logits,
+            "recompute": per_stage * again}

@@ -84,9 +84,9 @@ assert report.worst_zero_error(results) == 0 and report.worst_zero_error(results
 share = sum(results4["zero3"][0].held.values()) / sum(results["ddp"][0].held.values())
 print(f"zero3 on 4 ranks keeps {share:.2f} of DDP's bytes per rank (measured)")
 print(checks.reveal_number(predicted_share_stage3, share, "Share of DDP's bytes per rank under zero3, 4 ranks",
-                           "", 1.0))
+                           "", 1.0, key="02.predict.zero3_share"))
 extra = zero.volume(results["zero3"][0].steady) / zero.volume(results["ddp"][0].steady)
-print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0))
+print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0, key="02.predict.zero3_traffic"))
 
 # %% [markdown]
 # Two things the paper does not say, measured here:
@@ -134,9 +134,9 @@ runs = {"GPipe p=2 m=4": runs2[0], "1F1B p=2 m=4": runs2[1], "interleaved p=2 v=
         "GPipe p=2 m=1": runs2[3], "GPipe p=2 m=8": runs2[4], "GPipe p=4 m=8": runs4[0], "1F1B p=4 m=8": runs4[1]}
 print(report.pipeline_table(runs))
 print(checks.reveal_number(predicted_gpipe_peak, runs["GPipe p=4 m=8"].peak_microbatches[0],
-                           "GPipe, rank 0 (measured)", "micro-batches", 1.0))
+                           "GPipe, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.gpipe_peak"))
 print(checks.reveal_number(predicted_1f1b_peak, runs["1F1B p=4 m=8"].peak_microbatches[0],
-                           "1F1B, rank 0 (measured)", "micro-batches", 1.0))
+                           "1F1B, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.one_f_one_b_peak"))
 
 # %% [markdown]
 # GPipe keeps every micro-batch's activations until its backward: m of them. 1F1B
@@ -239,7 +239,7 @@ grid = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3, 3e-2))
 modes = {m: grid[3e-3, m] for m in pipedream.STASH_MODES}
 print(report.pipedream_table(modes))
 print(checks.reveal_number(predicted_versions_stage0, modes["pipedream"][0].max_versions,
-                           "Versions at stage 0 (measured)", "", 1.0))
+                           "Versions at stage 0 (measured)", "", 1.0, key="02.predict.pipedream_versions"))
 same = [s.forward_checksums == s.backward_checksums for s in modes["pipedream"]]
 drift = [sum(f != b for f, b in zip(s.forward_checksums, s.backward_checksums, strict=True)) for s in modes["none"]]
 print("pipedream: backward used the forward's weights at every stage:", all(same))
@@ -288,8 +288,9 @@ print("with a stash (pipedream, 2bw) every gradient equals the true one bit for 
 #
 # The same formulas and the same simulator, on a real model and cluster (predicted):
 # tensor parallel 8 inside a node, pipeline p = 16 across nodes over InfiniBand HDR,
-# data parallel 8 with ZeRO stage 1. Stage times come from the forward FLOPs at half
-# the A100's peak. Memory is in GiB (2^30 B), and "fits" compares it with the GPU's true
+# data parallel 8 with ZeRO stage 1. Stage times come from a roofline of each layer's
+# kernels (`labkit.predict.compute`, the advisor's kernel model of notebook 09); the
+# simulator adds the bubble, and ZeRO's traffic is a ring collective. Memory is in GiB (2^30 B), and "fits" compares it with the GPU's true
 # capacity: an A100 sold as "80 GB" holds 80 GiB (85.9e9 B).
 
 # %%

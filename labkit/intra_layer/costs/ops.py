@@ -1,4 +1,4 @@
-"""Per-device memory and communication of 1D, 2D, 2.5D and 3D tensor parallelism, exactly as ``multidim`` runs them.
+"""Per-device memory and collectives of 1D, 2D, 2.5D and 3D tensor parallelism, exactly as ``multidim`` runs them.
 
 Pure functions, no torch: what one rank holds and moves for ``Y = X W + b`` (``X`` of ``batch`` rows,
 ``batch`` = micro-batch x sequence) and for the MLP block ``Linear(h, f) -> GeLU -> Linear(f, h)``, for
@@ -13,92 +13,23 @@ the bytes of the whole tensor it covers there (the all-reduced or broadcast or r
 all-gather's output, a reduce-scatter's input), the convention of ``labkit.inter_layer.zero``. A group of
 one rank moves nothing and is not called. Every rank of a mode sees the same list.
 
-Time model (:func:`comm_seconds`): one rank's collectives run one after another, none overlapping
-compute or each other. A collective over g ranks is the long-vector ring algorithm of Chan et al.,
-"Collective communication: theory, practice, and experience", 2007: an all-gather or a reduce-scatter
-of n bytes is g - 1 messages of n/g; an all-reduce (reduce-scatter then all-gather), a broadcast
-(scatter then all-gather, van de Geijn's) and a reduce (reduce-scatter then gather) are 2(g - 1)
-messages of n/g. Each message costs ``labkit.hardware.transfer_time``: latency + bytes / bandwidth
-(the alpha-beta model).
+Time model: one rank's collectives run one after another, none overlapping compute or each other,
+each priced by ``labkit.predict.collectives`` (the ring algorithm of Chan et al., 2007, with its
+latency terms, at NCCL's bus bandwidth by default or the link's nominal one with
+``form="textbook"``): the same price the advisor and notebook 02 give the same collective.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from labkit.errors import LabkitError, require_choice, require_positive
-from labkit.hardware import Link, transfer_time
+from labkit.errors import require_choice, require_positive
+from labkit.hardware import Link
+from labkit.intra_layer.costs.grid import Grid, check
+from labkit.predict import collectives as coll
 
-MODES = ("1d", "2d", "2.5d", "3d")
 PHASES = ("forward", "backward", "both")
-SOURCE = ("Colossal-AI documentation, features/1D_tensor_parallel, 2D_tensor_parallel, 2p5D_tensor_parallel, "
-          "3D_tensor_parallel: the Efficiency tables")
-
-
-@dataclass(frozen=True)
-class Grid:
-    """How ``world_size`` ranks are arranged: ``q`` is the grid side (1d: P), ``depth`` the 2.5d layers."""
-
-    mode: str
-    world_size: int
-    q: int
-    depth: int = 1
-
-    @property
-    def rows_split(self) -> int:
-        """Parts the batch rows are cut into (1d: none)."""
-        return {"1d": 1, "2d": self.q, "2.5d": self.depth * self.q, "3d": self.q**2}[self.mode]
-
-    @property
-    def label(self) -> str:
-        return {"1d": f"1d (P={self.q})", "2d": f"2d (q={self.q})", "3d": f"3d (q={self.q})",
-                "2.5d": f"2.5d (d={self.depth}, q={self.q})"}[self.mode]
-
-
-def _root(n: int, k: int) -> int | None:
-    r = round(n ** (1 / k))
-    return next((c for c in (r - 1, r, r + 1) if c > 0 and c**k == n), None)
-
-
-def grid(mode: str, world_size: int, depth: int = 1) -> Grid:
-    """The grid of ``mode`` on ``world_size`` ranks; a LabkitError names the field and the sizes allowed."""
-    require_choice("mode", mode, MODES)
-    require_positive("world_size", world_size)
-    require_positive("depth", depth)
-    if mode != "2.5d" and depth != 1:
-        raise LabkitError(f"depth must be 1 for mode {mode}: only 2.5d has layers (got {depth})")
-    if mode == "1d":
-        return Grid(mode, world_size, world_size)
-    power = 3 if mode == "3d" else 2
-    side = _root(world_size // depth, power) if world_size % depth == 0 else None
-    if side is None:
-        what = {"2d": "a square number", "3d": "a cube number", "2.5d": f"depth * q**2 with depth={depth}"}[mode]
-        shown = ", ".join(str(depth * k**power) for k in range(1, 5))
-        raise LabkitError(f"world_size must be {what} for mode {mode}: {shown}, ... (got {world_size})")
-    return Grid(mode, world_size, side, depth)
-
-
-def divisors(g: Grid) -> dict[str, int]:
-    """What ``batch``, ``hidden`` and ``ffn`` must be multiples of for this grid (the blocks must be equal)."""
-    q = g.q
-    return {"1d": {"batch": 1, "hidden": 1, "ffn": q}, "2d": {"batch": q, "hidden": q, "ffn": q},
-            "2.5d": {"batch": g.depth * q, "hidden": q, "ffn": q},
-            "3d": {"batch": q * q, "hidden": q * q, "ffn": q * q}}[g.mode]
-
-
-def check(mode: str, world_size: int, batch: int, hidden: int, ffn: int, depth: int = 1) -> Grid:
-    """The grid, after checking that every tensor splits into equal blocks on it."""
-    g = grid(mode, world_size, depth)
-    sizes = {"batch": batch, "hidden": hidden, "ffn": ffn}
-    for name, value in sizes.items():
-        require_positive(name, value)
-    for name, k in divisors(g).items():
-        if sizes[name] % k:
-            raise LabkitError(f"{name} must be a multiple of {k} for mode {g.label}: {k}, {2 * k}, {3 * k}, ... "
-                              f"(got {sizes[name]})")
-    return g
 
 
 @dataclass(frozen=True, order=True)
@@ -116,8 +47,8 @@ class Collective:
 
     @property
     def messages(self) -> int:
-        """Sequential messages of the ring algorithm (module docstring)."""
-        return (self.group - 1) * (1 if self.kind in ("all_gather", "reduce_scatter") else 2)
+        """Sequential messages of the ring algorithm (``labkit.predict.collectives``)."""
+        return coll.messages(self.kind, self.group)
 
     @property
     def message_bytes(self) -> Fraction:
@@ -128,8 +59,8 @@ class Collective:
         """Bytes this rank sends (and as many it receives): messages x n/g."""
         return self.messages * self.message_bytes
 
-    def seconds(self, link: Link) -> float:
-        return self.messages * transfer_time(float(self.message_bytes), link)
+    def seconds(self, link: Link, form: str = coll.DEFAULT_FORM) -> float:
+        return coll.seconds(self.kind, self.nbytes, self.group, link, form)
 
 
 @dataclass(frozen=True)
@@ -161,8 +92,8 @@ class Cost:
     def messages(self, phase: str = "both") -> int:
         return sum(c.messages for c in self.calls(phase))
 
-    def seconds(self, link: Link, phase: str = "both") -> float:
-        return sum(c.seconds(link) for c in self.calls(phase))
+    def seconds(self, link: Link, phase: str = "both", form: str = coll.DEFAULT_FORM) -> float:
+        return sum(c.seconds(link, form) for c in self.calls(phase))
 
 
 def comm_table(calls) -> dict[str, dict[str, int]]:
@@ -231,100 +162,3 @@ def ratios(mode: str, world_size: int, batch: int, hidden: int, ffn: int, depth:
     return {"parameters": Fraction(mine.weight_bytes, one.weight_bytes),
             "biases": Fraction(mine.bias_bytes, one.bias_bytes),
             "activations": Fraction(mine.activation_bytes, one.activation_bytes)}
-
-
-PUBLISHED_LEFT_OUT = ("db", "dW over depth", "X again", "W again")
-
-
-def published(mode: str, world_size: int, depth: int = 1) -> dict[str, Fraction]:
-    """Colossal-AI's Efficiency tables (``SOURCE``): per device, forward + backward, ring algorithm.
-
-    Memory relative to one device: parameters 1/P, 1/q^2, 1/q^2, 1/q^3; activations 1, 1/q^2, 1/(d q^2),
-    1/q^3 (the 1d "1" is the layer's replicated input, and the row-parallel layer's replicated output).
-    Communication "bandwidth" 2(P-1)/P, 6(q-1)/q, 3(q-1)(d+1)/(dq), 6(q-1)/q^3 and "latency" 2(P-1),
-    6(q-1), 6(q-1), 6(q-1): O() terms. 1d and 3d are per rank in units of one activation S = b h (as
-    :func:`table_comm` reproduces them); the 2d and 2.5d ones are in another unit (see there).
-    """
-    g = grid(mode, world_size, depth)
-    q, d = g.q, g.depth
-    return {
-        "parameters": {"1d": Fraction(1, q), "2d": Fraction(1, q * q), "2.5d": Fraction(1, q * q),
-                       "3d": Fraction(1, q**3)}[mode],
-        "activations": {"1d": Fraction(1), "2d": Fraction(1, q * q), "2.5d": Fraction(1, d * q * q),
-                        "3d": Fraction(1, q**3)}[mode],
-        "bandwidth": {"1d": Fraction(2 * (q - 1), q), "2d": Fraction(6 * (q - 1), q),
-                      "2.5d": Fraction(3 * (q - 1) * (d + 1), d * q), "3d": Fraction(6 * (q - 1), q**3)}[mode],
-        "latency": Fraction(2 * (q - 1) if mode == "1d" else 6 * (q - 1)),
-    }
-
-
-def table_comm(mode: str, world_size: int, depth: int = 1) -> dict[str, Fraction]:
-    """This implementation's terms of :func:`published`'s kind: one square linear layer (b = h = out = n),
-    forward + backward, ring bytes per rank over S = n^2 ("bandwidth") and sequential messages ("latency").
-
-    Left out, as the tables leave them out: the bias all-reduce, 2.5d's all-reduce of dW over the layers
-    (in ``extra_*``) and 3d's two gathers again in backward (in ``extra_*``; Colossal-AI keeps the gathered
-    blocks instead). Then 1d and 3d equal the tables exactly. 2d and 2.5d give 12(q-1)/q^2 and
-    6(q-1)(d+1)/(d q^2) S, equal to the tables at q = 2 only: the tables' unit there is not S per rank.
-    Their ratio, (d+1)/(2d), and their equal latency, agree for every q and d. Our 2d latency counts
-    every message: 3 SUMMAs of 2q broadcasts or reduces, 2(q-1) messages each, 12q(q-1) in all.
-    """
-    g = grid(mode, world_size, depth)
-    n = world_size * g.q  # divisible by every split of every mode
-    calls = cost(mode, world_size, "linear", n, n, n, depth, e=1).calls()
-    counted = [c for c in calls if c.what not in PUBLISHED_LEFT_OUT]
-    extra = [c for c in calls if c.what in PUBLISHED_LEFT_OUT and c.what != "db"]
-    return {"bandwidth": sum((c.wire_bytes for c in counted), Fraction(0)) / n**2,
-            "latency": Fraction(sum(c.messages for c in counted)),
-            "extra_bandwidth": sum((c.wire_bytes for c in extra), Fraction(0)) / n**2,
-            "extra_latency": Fraction(sum(c.messages for c in extra))}
-
-
-def comm_seconds(mode: str, world_size: int, batch: int, hidden: int, ffn: int, link: Link, e: int = 2,
-                 depth: int = 1, phase: str = "both") -> float:
-    """Seconds one rank spends in the MLP block's collectives (forward, backward or both) over ``link``."""
-    return cost(mode, world_size, "mlp", batch, hidden, ffn, depth, e).seconds(link, phase)
-
-
-@dataclass(frozen=True)
-class ModeChoice:
-    """One way to spread the MLP block over the ranks, with its cost, or why it cannot run."""
-
-    label: str
-    mode: str
-    depth: int
-    q: int
-    held_bytes: int = 0  # weights + biases + activations kept for backward
-    wire_bytes: float = 0.0
-    messages: int = 0
-    seconds: float = math.inf
-    time_rank: int | None = None
-    memory_rank: int | None = None
-    error: str = ""
-
-
-def rank_modes(world_size: int, link: Link, batch: int, hidden: int, ffn: int, e: int = 2) -> list[ModeChoice]:
-    """Every mode (2.5d at each depth 1 < d < P that fits) on ``world_size`` ranks, fastest first; those that cannot
-    run last, with the reason.
-
-    ``time_rank`` orders by :func:`comm_seconds`, ``memory_rank`` by bytes held per rank (1 is best).
-    """
-    require_positive("world_size", world_size)
-    depths = [d for d in range(2, world_size) if world_size % d == 0]  # depth P, q = 1, is data parallelism
-    options = [("1d", 1), ("2d", 1), *[("2.5d", d) for d in depths], ("3d", 1)]
-    rows, bad = [], []
-    for mode, d in options:
-        try:
-            g = check(mode, world_size, batch, hidden, ffn, d)
-        except LabkitError as err:
-            if mode != "2.5d":  # a 2.5d depth that does not fit is just not an option
-                bad.append(ModeChoice(mode, mode, d, 0, error=str(err)))
-            continue
-        c = mlp(g, batch, hidden, ffn, e)
-        rows.append(ModeChoice(g.label, mode, d, g.q, c.weight_bytes + c.bias_bytes + c.activation_bytes,
-                               float(c.wire_bytes()), c.messages(), c.seconds(link)))
-    by_memory = sorted(rows, key=lambda r: (r.held_bytes, r.seconds))
-    ranked = []
-    for t, r in enumerate(sorted(rows, key=lambda r: (r.seconds, r.held_bytes)), start=1):
-        ranked.append(ModeChoice(**{**r.__dict__, "time_rank": t, "memory_rank": by_memory.index(r) + 1}))
-    return ranked + bad
