@@ -1,8 +1,10 @@
 """Fault tolerance (notebook 06): checkpoints that survive crashes, and real crashes to prove it.
 
 * ``state``: a Trainer's full state (model, optimizer, RNG, data position) as a flat dict of tensors;
-* ``manifest``: atomic commit (tmp dir, checksums, fsync, rename) and a metadata reader that runs no code;
-* ``checkpoint``: save / async save / load with ``torch.distributed.checkpoint``, ``latest_valid``, save stall;
+* ``manifest``: atomic commit (tmp dir, checksums, fsync, rename) and a check of every field and file;
+* ``index``: DCP's index as JSON, so loading never opens DCP's pickle (a folder others can write is untrusted);
+* ``checkpoint``: save / async save with ``torch.distributed.checkpoint``, never through a symlink; save stall;
+* ``scan``: the newest sound checkpoint of this run (step and identity compared), loaded or refused with a reason;
 * ``corrupt``: flipped byte, truncation, missing file, wrong shape: each detected, the previous one used;
 * ``peer``: an in-memory checkpoint held by a peer rank, restored without the disk (Gemini, SOSP 2023);
 * ``worker``, ``crash``: training in a child process (or one rank of a gloo group) killed with SIGKILL

@@ -4,7 +4,7 @@ Four faults a storage system really produces: a flipped byte (silent data corrup
 a truncated file (a write cut short, a full disk), a missing shard file (a lost object, a
 half-copied directory), and a checkpoint of a different model (a wrong path or config).
 Each case writes two good checkpoints, damages the newer one, and asks
-:func:`labkit.resilience.checkpoint.latest_valid` which one to use.
+:func:`labkit.resilience.scan.latest_valid` which one to use.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from labkit.errors import require_choice
-from labkit.resilience.checkpoint import latest_valid, save_checkpoint
+from labkit.resilience.checkpoint import save_checkpoint
+from labkit.resilience.scan import latest_valid
 from labkit.rig.train import TrainConfig, Trainer
 
 CORRUPTIONS = ("flipped byte", "truncation", "missing shard", "wrong model shape")

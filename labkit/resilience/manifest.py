@@ -13,10 +13,13 @@ et al., "All File Systems Are Not Created Equal", OSDI 2014):
 A directory without ``.tmp`` therefore always holds a complete write; the checksums
 catch what happens to it later (a flipped bit, a truncated or deleted file).
 
-DCP keeps its index (``.metadata``) as a pickle and reads it with ``pickle.load``, which
-can run code. :class:`SafeReader` reads it with an unpickler that only builds the
-handful of DCP metadata classes, so a tampered checkpoint cannot execute anything;
-DCP itself reads tensors with ``torch.load(weights_only=True)``.
+Nothing in a checkpoint folder is trusted: a folder others can write is untrusted input.
+``manifest.json`` is JSON, checked field by field (:func:`verify`); DCP's own pickled index
+(``.metadata``) is kept and checksummed for other tools but never opened by labkit, which
+loads by the JSON copy of that index in the manifest (``labkit.resilience.index``); tensors are
+read with ``torch.load(weights_only=True)`` only after their file's sha256 matches. The
+checksums catch damage, not an attacker: whoever can write the folder can write a consistent
+manifest, and so can make a run load wrong numbers, but never run code.
 """
 
 from __future__ import annotations
@@ -24,23 +27,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
+import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-
 MANIFEST = "manifest.json"
 TMP_SUFFIX = ".tmp"
-_ALLOWED = {
-    ("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
-    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-}  # fmt: skip
-_DCP_METADATA = "torch.distributed.checkpoint.metadata"
+_SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
 def sha256_file(path: Path) -> str:
@@ -59,71 +54,87 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def commit(tmp: Path, step: int) -> dict[str, Any]:
-    """Write the manifest into ``tmp`` and make every file in it durable; returns the manifest."""
+def remove(path: Path) -> None:
+    """Remove a file, a symlink (never what it points to) or a directory tree; nothing if absent."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def commit(tmp: Path, step: int, index: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """Write the manifest (step, run identity, DCP's index as JSON, every file's size and sha256) into ``tmp``
+    and make every file in it durable; returns the manifest."""
     files = sorted(p for p in tmp.iterdir() if p.is_file() and p.name != MANIFEST)
-    manifest = {"step": step, "files": {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in files}}
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    manifest = {"step": step, "run": run, "index": index,
+                "files": {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in files}}  # fmt: skip
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))  # the index keeps the state's order
     for p in [*files, tmp / MANIFEST, tmp]:
         _fsync(p)
     return manifest
 
 
 def publish(tmp: Path, final: Path) -> None:
-    """The atomic step: rename ``tmp`` to ``final`` and make the rename durable."""
-    if final.exists():  # a stale, invalid checkpoint of the same step from before a crash
+    """The atomic step: rename ``tmp`` to ``final`` and make the rename durable.
+
+    A stale ``final`` from before a crash (a directory, a file or a symlink) is moved aside and
+    removed first; a symlink is unlinked, never followed.
+    """
+    if os.path.lexists(final):
         trash = final.with_name(final.name + ".old" + TMP_SUFFIX)
-        shutil.rmtree(trash, ignore_errors=True)
+        remove(trash)
         os.rename(final, trash)
-        shutil.rmtree(trash)
+        remove(trash)
     os.rename(tmp, final)
     _fsync(final.parent)
 
 
-def verify(path: Path) -> tuple[str | None, dict[str, Any]]:
-    """(why ``path`` is not a sound checkpoint, or None; its manifest)."""
+def _file_problem(path: Path, name: Any, entry: Any) -> str | None:
+    if not isinstance(name, str) or name in ("", ".", "..", MANIFEST) or "/" in name or "\\" in name:
+        return f"the manifest lists {name!r:.60}, which is not a plain file name"
+    if not isinstance(entry, dict) or type(entry.get("bytes")) is not int or not isinstance(
+            entry.get("sha256"), str) or not _SHA.match(entry["sha256"]):  # fmt: skip
+        return f"the manifest's entry for {name} must be {{bytes: int, sha256: 64 hex digits}}"
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        files = manifest["files"]
-        int(manifest["step"])
+        mode = os.lstat(path / name).st_mode
     except FileNotFoundError:
+        return f"missing file {name} listed in the manifest"
+    if not stat.S_ISREG(mode):
+        return f"{name} is not a regular file (a symlink, directory or device is never read)"
+    size = (path / name).stat().st_size
+    if size != entry["bytes"]:
+        kind = "truncated" if size < entry["bytes"] else "grown"
+        return f"{kind}: {name} has {size} bytes, the manifest says {entry['bytes']}"
+    if sha256_file(path / name) != entry["sha256"]:
+        return f"checksum mismatch in {name} (sha256 differs from the manifest)"
+    return None
+
+
+def verify(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """(why ``path`` is not a sound checkpoint, or None; its manifest). Never raises on what it finds.
+
+    The folder must be a real directory (not a symlink) holding a regular ``manifest.json``
+    whose every field has the right type, and exactly the files the manifest lists, each of
+    its size and sha256.
+    """
+    if path.is_symlink() or not path.is_dir():
+        return "not a directory (a symlink or a file named like a checkpoint is never followed)", {}
+    m = path / MANIFEST
+    if not os.path.lexists(m):
         return "no manifest.json: the write never committed", {}
-    except (ValueError, KeyError, TypeError) as err:
+    if m.is_symlink() or not m.is_file():
+        return "manifest.json is not a regular file", {}
+    try:
+        manifest = json.loads(m.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
         return f"manifest.json is unreadable ({type(err).__name__})", {}
-    for name, entry in sorted(files.items()):
-        f = path / name
-        if not f.is_file():
-            return f"missing file {name} listed in the manifest", manifest
-        size = f.stat().st_size
-        if size != entry["bytes"]:
-            kind = "truncated" if size < entry["bytes"] else "grown"
-            return f"{kind}: {name} has {size} bytes, the manifest says {entry['bytes']}", manifest
-        if sha256_file(f) != entry["sha256"]:
-            return f"checksum mismatch in {name} (sha256 differs from the manifest)", manifest
-    if ".metadata" not in files:
-        return "the manifest lists no DCP .metadata file", manifest
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict) or type(
+            manifest.get("step")) is not int or not isinstance(manifest.get("run"), dict):  # fmt: skip
+        return "manifest.json must be an object with step (int), run (object) and files (object)", {}
+    for name, entry in sorted(manifest["files"].items(), key=lambda kv: str(kv[0])):
+        if problem := _file_problem(path, name, entry):
+            return problem, manifest
+    unlisted = sorted(p.name for p in path.iterdir() if p.name != MANIFEST and p.name not in manifest["files"])
+    if unlisted:
+        return f"{unlisted[0]} is in the checkpoint but not in its manifest", manifest
     return None, manifest
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if module == _DCP_METADATA or (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which is not allowed")
-
-
-class SafeReader(FileSystemReader):
-    """DCP's file reader with its metadata read by an allow-list unpickler (no code runs)."""
-
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        rank = kwargs.get("rank")
-        with open(self._get_metadata_path(rank), "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
-        if not isinstance(metadata, Metadata):
-            raise pickle.UnpicklingError(f"checkpoint metadata is a {type(metadata).__name__}, not DCP Metadata")
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata

@@ -9,7 +9,8 @@ in the server when it forks.
 
 import tempfile
 
-from labkit.resilience.checkpoint import resume, save_checkpoint
+from labkit.resilience.checkpoint import save_checkpoint
+from labkit.resilience.scan import resume
 from labkit.resilience.worker import micro_config
 from labkit.rig.train import Trainer
 

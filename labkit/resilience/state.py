@@ -19,16 +19,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 
 import torch
 import torch.nn as nn
 
 from labkit.errors import LabkitError
+from labkit.rig.data import Batches
 from labkit.rig.train import MasterWeightAdamW, Trainer
 
 STEPS_KEY = "progress/steps_done"
 DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.float64, torch.bfloat16, torch.float16,
                                                     torch.int64, torch.int32, torch.uint8, torch.bool)}  # fmt: skip
+
+
+def run_identity(trainer: Trainer) -> dict[str, object]:
+    """What makes two runs the same run: seed, data (a digest of the token stream) and configuration (a digest).
+
+    Recorded in every checkpoint's manifest and compared on resume, so a checkpoint of another
+    run with the same shapes (another seed, corpus or learning rate) is refused, not continued.
+    """
+    cfg, data = getattr(trainer, "cfg", None), trainer.data
+    if isinstance(data, Batches):
+        h = hashlib.sha256(data.tokens.numpy().tobytes())
+        h.update(f"{data.batch_size}:{data.seq_len}:{data.seed}".encode())
+        data_id = h.hexdigest()[:16]
+    else:
+        data_id = f"user data ({type(data).__name__})"
+    shown = asdict(cfg) if cfg is not None else {"model": type(trainer.model).__name__}
+    shown["precision"] = trainer.precision
+    config = hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {"seed": cfg.seed if cfg is not None else None, "data": data_id, "config": config}
 
 
 def rng_key(rank: int = 0) -> str:
@@ -101,12 +122,12 @@ def check_compatible(trainer: Trainer, saved: dict[str, tuple[tuple[int, ...], t
 
 def template(trainer: Trainer, saved: dict[str, tuple[tuple[int, ...], torch.dtype]],
              rank: int = 0) -> dict[str, torch.Tensor]:
-    """Tensors to load a checkpoint into: the live model tensors, fresh ones for the rest.
+    """Fresh tensors to load a checkpoint into, so a load that fails halfway leaves ``trainer`` untouched.
 
-    ``saved`` maps key -> (shape, dtype) as read from the checkpoint's metadata; the
+    ``saved`` maps key -> (shape, dtype) as read from the checkpoint's index; the
     optimizer may not have stepped yet, so its state tensors are allocated from it.
     """
-    state: dict[str, torch.Tensor] = {f"model/{k}": v for k, v in trainer.model.state_dict().items()}
+    state: dict[str, torch.Tensor] = {f"model/{k}": torch.empty_like(v) for k, v in trainer.model.state_dict().items()}
     for key, (shape, dtype) in saved.items():
         if key.startswith(("optim/", "master/")) or key in (rng_key(rank), STEPS_KEY):
             state[key] = torch.empty(shape, dtype=dtype)

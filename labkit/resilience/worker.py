@@ -27,7 +27,8 @@ import torch
 import torch.distributed as dist
 
 from labkit.errors import require_choice, require_positive
-from labkit.resilience.checkpoint import resume, save_checkpoint
+from labkit.resilience.checkpoint import save_checkpoint
+from labkit.resilience.scan import resume
 from labkit.resilience.state import digest, flat_state
 from labkit.rig.data import vocab_size
 from labkit.rig.model import GPTConfig

@@ -107,9 +107,10 @@ for case in corrupt.corruption_report(work / "corrupt", micro_config()):
     print("\n".join(f"    {line}" for line in case.reason_lines()))
 
 # %% [markdown]
-# Loading never runs code from the checkpoint: tensors are read with `weights_only=True`,
-# and DCP's metadata (a pickle) through an allow-list unpickler that refuses anything but
-# plain data.
+# Loading never runs code from the checkpoint: labkit reads only JSON (the manifest, with
+# DCP's index copied into it) and tensors with `weights_only=True`; DCP's own pickled index
+# is never opened. The checksums catch damage, not an attacker: anyone who can write the
+# folder can write a matching manifest, so a folder others can write is untrusted input.
 #
 # ## 4 · The cost of a checkpoint: synchronous against asynchronous
 #
