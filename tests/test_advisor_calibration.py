@@ -83,7 +83,7 @@ def test_bubble_follows_the_schedule() -> None:
 def test_bubble_is_not_counted_twice() -> None:
     """The kernels' efficiency comes from shapes, not from an end-to-end figure that already holds the bubble."""
     shape, mc = model_shape("gpt3-175b"), costing.machine("A100-80GB", 1024)
-    t = costing.step_times(shape, 2048, 1536, Layout(8, 8, 16, 1, 0, "full"), mc)
+    t = costing.step_times(shape, 2048, 1536, Layout(8, 8, 16, 1, 0, "full", attention="explicit"), mc)
     kernels_only = t["compute"] / (1536 // 8)
     lt = compute.layer_times(shape, 2048, 1, 8, mc.cluster.device, "bf16", True)
     assert kernels_only == pytest.approx(shape.layers / 16 * (2 * lt.forward + lt.backward)

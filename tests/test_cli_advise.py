@@ -37,7 +37,8 @@ def test_a_table1_row_from_the_command_line_matches_the_library(capsys):
     row = calibration.compare("table1")[-1]  # the 1 trillion parameter model
     out = advise_json(capsys, "advise", "--layers", "128", "--hidden", "25600", "--heads", "160", "--vocab", "51200",
                       "--seq", "2048", "--batch", "3072", "--gpus", "3072", "--dp", "6", "--tp", "8", "--pp", "64",
-                      "--recompute", "full", "--schedule", "interleaved", "--chunks", "2", "--sp", "off", "--top", "0")
+                      "--recompute", "full", "--schedule", "interleaved", "--chunks", "2", "--sp", "off", "--top", "0",
+                      "--attention", "explicit")
     assert out["plans"][0]["step_s"] == pytest.approx(row.predicted_s)
     assert 0.85 <= out["plans"][0]["step_s"] / row.paper_s <= 1.15
 

@@ -35,7 +35,7 @@ def test_measure_the_tiny_gpt_as_text(capsys):
 BAD = [
     (["--batch", "0"], "batch must be a positive integer"),
     (["--precision", "fp8"], "precision must be one of fp32, bf16-autocast, bf16-mixed"),
-    (["--attention", "flash"], "attention must be one of eager, sdpa"),
+    (["--attention", "flashy"], "attention must be one of fused (also: flash, sdpa), explicit (also: eager)"),
     (["--dropout", "x"], "dropout must be a number in [0, 1)"),
     (["--hf-config", "/no/such/config.json"], "hf_config '/no/such/config.json' cannot be read"),
     (["--layers", "2"], "layers applies to a --hf-config model"),

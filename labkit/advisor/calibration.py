@@ -83,9 +83,10 @@ def _compare(table: str, row: dict) -> Comparison:
     if table == "table1":
         t, p = row["tp"], row["pp"]
         v = chunks_for(row["layers"], p)
-        lay = Layout(n // (t * p), t, p, 1, 0, "full", schedule="interleaved" if v > 1 else "1f1b", chunks=v, sp=False)
+        lay = Layout(n // (t * p), t, p, 1, 0, "full", schedule="interleaved" if v > 1 else "1f1b", chunks=v, sp=False,
+                     attention="explicit")
     else:
-        lay = Layout(n, 1, 1, row["micro_batch"], 3, "full", sp=False)
+        lay = Layout(n, 1, 1, row["micro_batch"], 3, "full", sp=False, attention="explicit")
     mc = costing.machine("A100-80GB", n, host="dgx-a100-host")
     plan = search.evaluate(shape, seq, row["batch"], lay, mc)
     flops = equation3_flops(row["batch"], seq, row["layers"], row["hidden"], vocab)

@@ -29,10 +29,11 @@ from labkit.advisor.machine import DEFAULT_HEADROOM, Machine, machine
 from labkit.economics import capital, energy, grid
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import GB, transfer_time
+from labkit.predict import attention as attn
 from labkit.predict import collectives as coll
 from labkit.predict import compute
 from labkit.predict import offload_model as om
-from labkit.predict.estimate import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
+from labkit.predict.estimate import PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
 from labkit.reduction.design import optimizer_state_bytes
 from labkit.shapes import ModelShape
 
@@ -73,7 +74,7 @@ class Layout:
     schedule: str = "1f1b"
     chunks: int = 1
     sp: bool = True  # sequence parallelism whenever tp > 1 (it saves memory and moves no extra bytes)
-    attention: str = "explicit"  # "fused": FlashAttention, no s x s matrix in HBM
+    attention: str = attn.DEFAULT  # "fused": FlashAttention, no s x s matrix in HBM; "explicit": scores held
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "micro_batch", "chunks"):
@@ -84,7 +85,7 @@ class Layout:
         require_choice("precision", self.precision, PLAN_PRECISIONS)
         require_choice("optimizer_bits", self.optimizer_bits, OPTIMIZER_BITS)
         require_choice("schedule", self.schedule, SCHEDULES)
-        require_choice("attention", self.attention, ATTENTION)
+        object.__setattr__(self, "attention", attn.attention_kind(self.attention))  # any spelling, one name
         if self.chunks > 1 and self.schedule != "interleaved":
             raise LabkitError(f"chunks must be 1 unless schedule is interleaved (got chunks={self.chunks} with "
                               f"schedule {self.schedule})")
@@ -107,7 +108,7 @@ class Layout:
         parts += ["fp32"] if self.precision == "fp32" else []
         parts += ["8-bit Adam"] if self.optimizer_bits == 8 else []
         parts += ["no SP"] if self.tp > 1 and not self.sp else []
-        parts += ["flash"] if self.attention == "fused" else []
+        parts += ["explicit attention"] if self.attention == "explicit" else []
         return ", ".join(parts)
 
 

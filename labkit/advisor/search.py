@@ -114,8 +114,11 @@ def shortfall(mem: dict[str, float], mc: Machine) -> float:
     return worst
 
 
-def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine) -> Plan:
-    """Judge one layout: rejected with every rule it breaks (memory first), or kept with its time, cost, carbon."""
+def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine, priced: bool = False) -> Plan:
+    """Judge one layout: rejected with every rule it breaks (memory first), or kept with its time, cost, carbon.
+
+    ``priced`` times and prices a rejected layout too (``feasible`` stays False, with the reason): a layout
+    the caller gave is always priced, so they see what it would cost if it fitted."""
     rule, why = layout_problem(shape, lay, mc)
     if rule:
         return Plan(lay, False, why, rule)
@@ -133,11 +136,15 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
                                      f"pipeline stage"))
     if option_problem(lay)[0]:
         problems.append(option_problem(lay))
-    if problems:
+    if problems and not priced:
         return Plan(lay, False, "; ".join(w for _, w in problems), problems[0][0], m, mem, mc.usable_bytes,
                     shortfall=shortfall(mem, mc))
     t = costing.step_times(shape, seq, global_batch, lay, mc)
     step, usd, joules, kg = costing.price(shape, global_batch, lay, mc, t, mem["activations"])
+    if problems:
+        return Plan(lay, False, "; ".join(w for _, w in problems), problems[0][0], m, mem, mc.usable_bytes,
+                    {k: t[k] for k in costing.TIMES}, step, usd, joules, kg, costing.usd_basis(mc),
+                    costing.energy_missing(mc), shortfall(mem, mc))
     why = f"fits with {(mc.usable_bytes - mem['total']) / GB:,.1f} GB to spare; step {step:,.4g} s"
     return Plan(lay, True, why, "", m, mem, mc.usable_bytes, {k: t[k] for k in costing.TIMES}, step, usd, joules, kg,
                 costing.usd_basis(mc), costing.energy_missing(mc))
@@ -249,7 +256,7 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     extras = {k: fixed[k] for k in FIXED_ONLY if k in fixed}
     exact = None
     if all(k in fixed for k in ("dp", "tp", "pp")):
-        exact = evaluate(shape, seq, global_batch, Layout(**fixed), mc)
+        exact = evaluate(shape, seq, global_batch, Layout(**fixed), mc, priced=True)
     kept, rejected = [], []
     options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))]
     sizes = (fixed["micro_batch"],) if "micro_batch" in fixed else MICRO_BATCHES

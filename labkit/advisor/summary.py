@@ -31,6 +31,7 @@ from labkit.economics import strategies
 from labkit.errors import LabkitError, require_positive
 from labkit.hardware import GB, load_catalogue
 from labkit.intra_layer import costs
+from labkit.predict import attention as attn
 from labkit.predict.estimate import TrainingSetup, estimate_memory, zero_communication_elements
 from labkit.predict.tables import text_table
 from labkit.reduction.design import extra_compute
@@ -52,7 +53,7 @@ class Row:
 
 
 def _total(shape: ModelShape, seq: int, **kw) -> float:
-    return estimate_memory(TrainingSetup(shape, seq=seq, **kw)).per_device_bytes["total"]
+    return estimate_memory(TrainingSetup(shape, seq=seq, **{"attention": attn.DEFAULT, **kw})).per_device_bytes["total"]
 
 
 def _multidim(shape: ModelShape, seq: int, b: int, m: int, mode: str, world: int, depth: int, link: str) -> Row:
@@ -62,7 +63,7 @@ def _multidim(shape: ModelShape, seq: int, b: int, m: int, mode: str, world: int
         c = costs.cost(mode, world, "mlp", b * seq, shape.hidden, shape.ffn_size, depth, e=2)
     except LabkitError as err:
         return Row(f"tensor parallel {label}", f"P={world}", math.nan, math.nan, link, 0.0, str(err))
-    one = estimate_memory(TrainingSetup(shape, micro_batch=b, seq=seq)).per_device_bytes
+    one = estimate_memory(TrainingSetup(shape, micro_batch=b, seq=seq, attention=attn.DEFAULT)).per_device_bytes
     states = one["parameters"] + one["gradients"] + one["optimizer"]
     mem = states * float(frac["parameters"]) + one["activations"] * float(frac["activations"])
     wire = 2 * shape.layers * m * float(c.wire_bytes())

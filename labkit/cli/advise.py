@@ -17,12 +17,12 @@ from dataclasses import replace
 from labkit.cli.common import parse_int
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, require_choice
+from labkit.predict.attention import attention_kind
 from labkit.shapes import ModelShape
 
 LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks")
 CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
-           "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32"), "sp": ("on", "off"),
-           "attention": ("explicit", "fused")}
+           "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32"), "sp": ("on", "off")}
 
 
 def _divisors(n: int) -> str:
@@ -64,6 +64,8 @@ def _layout(a: argparse.Namespace, shape: ModelShape, batch: int) -> dict:
             fixed[name] = require_choice(name, value, allowed)
     if "sp" in fixed:
         fixed["sp"] = fixed["sp"] == "on"
+    if a.attention is not None:
+        fixed["attention"] = attention_kind(a.attention)
     if shape.heads % fixed.get("tp", 1):
         raise LabkitError(f"tp must divide the {shape.heads} attention heads: one of {_divisors(shape.heads)} "
                           f"(got {fixed['tp']})")
@@ -161,7 +163,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--offload", help="none, dram (ZeRO-Offload), nvme (ZeRO-Infinity)")
     adv.add_argument("--precision", help="bf16-mixed, fp32")
     adv.add_argument("--sp", help="sequence parallelism with tp > 1: on (default), off")
-    adv.add_argument("--attention", help="explicit (default), fused (FlashAttention)")
+    adv.add_argument("--attention", help="fused (default: FlashAttention/sdpa; also flash, sdpa), explicit "
+                     "(s x s scores in memory; also eager)")
     adv.add_argument("--top", default="5", help="plans to show (default 5)")
     adv.add_argument("--json", action="store_true", help="print the plans as JSON (bytes, seconds, USD, J, kg)")
     adv.set_defaults(run=run)

@@ -19,8 +19,9 @@ from typing import Any
 from labkit.cli.common import parse_int, parse_zero, table
 from labkit.cli.shape_args import SHAPE_FLAGS, add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, require_choice
+from labkit.predict.attention import attention_kind
 from labkit.predict.conventions import CONVENTIONS, DEFAULT_UNITS, OFFLOAD_DEVICES, UNITS, StateSetup, model_states
-from labkit.predict.estimate import ATTENTION, PRECISIONS, RECOMPUTE, TrainingSetup, estimate_memory, model_state_bytes
+from labkit.predict.estimate import PRECISIONS, RECOMPUTE, TrainingSetup, estimate_memory, model_state_bytes
 from labkit.predict.largest import largest_params
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "gather_buffer", "activations", "total")
@@ -122,7 +123,7 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
     mb = parse_int("micro_batch", a.micro_batch)
     seq = parse_int("seq", a.seq) if a.seq is not None else 0
     require_choice("recompute", a.recompute, RECOMPUTE)
-    require_choice("attention", a.attention, ATTENTION)
+    a.attention = attention_kind(a.attention)
     require_choice("precision", a.precision, PRECISIONS)
     from labkit.hardware import load_catalogue
 
@@ -233,7 +234,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     est.add_argument("--units", help="GB (1e9) or GiB (2**30); default: the convention's")
     est.add_argument("--recompute", default="none", help=", ".join(RECOMPUTE))
     est.add_argument("--precision", default="bf16-mixed", help=", ".join(PRECISIONS))
-    est.add_argument("--attention", default="explicit", help=", ".join(ATTENTION))
+    est.add_argument("--attention", default="fused", help="fused (default: FlashAttention/sdpa; also flash, sdpa), "
+                     "explicit (s x s scores in memory; also eager)")
     est.add_argument("--gpu", help="a GPU of the catalogue: does it fit?")
     est.add_argument("--capacity", default="true", help="true (default) or nominal (the marketed GB x 1e9)")
     est.add_argument("--largest", action="store_true", help="the largest parameter count whose states fit --gpu")

@@ -8,6 +8,7 @@ import sys
 
 from labkit.cli.common import parse_int
 from labkit.errors import LabkitError
+from labkit.predict.attention import torch_name
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")
 
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", default="2", help="micro-batch (default 2)")
     p.add_argument("--seq", default="32", help="sequence length (default 32)")
     p.add_argument("--precision", default="fp32", help=", ".join(PRECISIONS))
-    p.add_argument("--attention", default="sdpa", help="eager, sdpa (the tiny GPT: explicit, fused)")
+    p.add_argument("--attention", default="fused", help="fused (default: sdpa; also flash, sdpa), explicit "
+                   "(also eager)")
     p.add_argument("--cache", action="store_true", help="use_cache=True while training (transformers' default)")
     p.add_argument("--dropout", help="dropout probability for every dropout (default: the config's)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
@@ -50,8 +52,9 @@ def run(a: argparse.Namespace) -> int:
         bar.update(0 if bar.n == 0 and what == "building the model" else 1)
 
     try:
-        report = compare_model(a.hf_config, batch, seq, a.precision, a.attention, a.cache, dropout, a.device,
-                               progress, layers)
+        attention = torch_name(a.attention)  # transformers' spelling of the one name
+        report = compare_model(a.hf_config, batch, seq, a.precision, attention, a.cache, dropout, a.device, progress,
+                               layers)
     finally:
         bar.close()
     print(json.dumps(report.to_json(), indent=2) if a.json else str(report))
