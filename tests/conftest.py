@@ -39,6 +39,12 @@ def _torchrun(module: str, *args: str, nproc: int = 2, timeout: float = 120) -> 
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.fixture(autouse=True)
+def _journal(tmp_path, monkeypatch):
+    """Every test writes the learner's journal (labkit.teach.journal) into its own temp folder, not the checkout."""
+    monkeypatch.setenv("LABKIT_JOURNAL", str(tmp_path / "labkit-journal.jsonl"))
+
+
 @pytest.fixture
 def torchrun():
     """``torchrun(module, *args, nproc=2)``: rank 0's result of a real torchrun job on loopback."""

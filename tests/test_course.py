@@ -6,11 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from labkit.course import copies
 from labkit.errors import LabkitError
-from labkit.teach import checks, journal
+from labkit.teach import checks
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 
@@ -41,16 +42,20 @@ def test_bad_source_folder_is_named(tmp_path):
 
 
 def test_answers_are_exported_with_verdicts(tmp_path):
-    journal.ANSWERS.clear()
     checks.reset_attempts()
     checks.check("01.bytes_per_param", 18)
-    checks.check("01.bytes_per_param", 16)
-    checks.reveal_number(3, 2, "steps lost", "", 1)
+    checks.check("01.bytes_per_param", np.float64(16.0))
+    checks.reveal_number(3, 2, "steps lost", "", 1, key="06.predict.rc_lost")
     path = checks.export_answers(tmp_path / "ana.json", student="ana")
     data = json.loads(path.read_text())
-    assert data["student"] == "ana" and data["summary"] == {"answered": 2, "right": 1}
-    first = data["answers"][0]
+    assert data["student"] == "ana" and data["labkit_version"] and data["notebooks"] == ["01", "06"]
+    item = data["summary"]["items"]["01.bytes_per_param"]
+    assert item["ever_right"] and item["tries"] == 2 and item["first_right_try"] == 2 and item["last_answer"] == 16.0
+    assert data["summary"]["items"]["06.predict.rc_lost"]["status"] == "wrong"
+    first = data["entries"][0]
     assert first["key"] == "01.bytes_per_param" and not first["ok"] and "DeepSpeed" in first["diagnosis"]
+    assert isinstance(data["entries"][1]["answer"], float)  # a number, never "np.float64(16.0)"
     with pytest.raises(LabkitError, match="path must end in .json"):
         checks.export_answers(tmp_path / "a.txt")
-
+    with pytest.raises(LabkitError, match="path must be in an existing folder"):
+        checks.export_answers(tmp_path / "nowhere" / "a.json")

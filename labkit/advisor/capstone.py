@@ -13,7 +13,7 @@ side by side, term by term (with the recomputed forward split out of compute by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
 from labkit.advisor import costing, search
@@ -22,6 +22,7 @@ from labkit.errors import LabkitError, require_positive
 from labkit.hardware import GB
 from labkit.predict.estimate import training_flops
 from labkit.shapes import ModelShape, model_shape
+from labkit.teach.journal import record
 
 HINTS = {
     "memory": "shard more: ZeRO over dp, a larger tp inside the node or pp across nodes, recompute, or offload",
@@ -211,8 +212,10 @@ def grade(proposal: Layout | dict, task: Task = GPT3_TASK) -> Grade:
                  f"${best.usd * task.steps / 1e6:.2f}M for the run.")
     if not plan.feasible:
         text = f"Not feasible: {plan.reason}.\nHint: {HINTS.get(plan.rule, '')}.\n{best_line}"
+        record("capstone", "09.capstone", asdict(lay), False, plan.reason, reason=plan.reason)
         return Grade(plan, best, task, text)
     g = Grade(plan, best, task, "")
+    record("capstone", "09.capstone", asdict(lay), g.within_budget, time_ratio=g.time_ratio, run_usd=g.run_usd)
     verdict = "within" if g.within_budget else "over"
     text = (f"Feasible: {plan.memory_bytes / GB:.1f} GB per GPU; {plan.step_s:.2f} s a step, "
             f"{g.time_ratio:.2f}x the advisor's best; {g.run_days:.1f} days and ${g.run_usd / 1e6:.2f}M for "

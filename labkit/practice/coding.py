@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,10 +50,20 @@ def check_code(key: str, fn: Callable | None, **measured: object) -> Feedback:
     failed = [c for c in cases if not c.ok]
     lines = [f"{'pass' if c.ok else 'FAIL'}  {c.name}" + (f": {c.detail}" if c.detail and not c.ok else "")
              for c in cases]  # fmt: skip
-    record("coding", key, getattr(fn, "__name__", "fn"), not failed, "; ".join(c.name for c in failed))
+    record("coding", key, getattr(fn, "__name__", "fn"), not failed, "; ".join(c.name for c in failed),
+           source=source_of(fn), failed=[c.name for c in failed])
     head = f"All {len(cases)} tests pass." if not failed else (
         f"{len(failed)} of {len(cases)} tests fail. Hint: {ex.hint}")
     return Feedback(not failed, "\n".join([head, *lines]))
+
+
+def source_of(fn: Callable) -> str:
+    """The submitted function's source, for the hand-in; a note when Python cannot find it (a lambda typed
+    in a console, a built-in)."""
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return f"# source not available: {getattr(fn, '__qualname__', type(fn).__name__)} was not defined in a file"
 
 
 def attempt(name: str, call: Callable[[], object], what: str = "raised") -> tuple[object, Case | None]:

@@ -87,7 +87,7 @@ def task(key: str) -> DesignTask:
     """The design task of notebook ``key`` ("01", ...), ready for ``panel.set_task``."""
     require_choice("design task", key, TASKS)
     goal, check, _ = TASKS[key]
-    return DesignTask(goal, check)
+    return DesignTask(goal, check, f"{key}.design")
 
 
 def find_solution(key: str) -> dict | None:

@@ -11,9 +11,10 @@ result and a test reads as a bool. Feedback teaches the way a tutor would:
   (a forgotten term, the wrong degree), then against unit slips (bytes vs GB, x1e9,
   bits vs bytes, percent vs fraction, GB vs GiB) by :mod:`labkit.teach.diagnose`.
 
-The committed-prediction reveals (``reveal``, ``reveal_number``, ``reveal_claims``)
-live in :mod:`labkit.teach.reveal` and are re-exported here, as notebooks call them
-through this module.
+The committed-prediction reveals (``reveal``, ``reveal_number``, ``reveal_claims``),
+``predict`` and ``PASS`` live in :mod:`labkit.teach.reveal` and :mod:`labkit.teach.predictions`,
+and ``export_answers`` in :mod:`labkit.teach.handin`; they are re-exported here, as notebooks
+call them through this module. Every try is appended to the journal file as it is given.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from labkit.errors import require_choice
+from labkit.teach import predictions  # noqa: F401 - the registry and state, for tests and the course tools
 from labkit.teach.diagnose import diagnose, same_text
 from labkit.teach.feedback import Feedback
-from labkit.teach.journal import export_answers, record  # noqa: F401 - notebooks export through checks
+from labkit.teach.handin import export_answers  # noqa: F401 - notebooks export through checks
+from labkit.teach.journal import record
+from labkit.teach.predictions import PASS, predict  # noqa: F401 - notebooks commit and pass through checks
 from labkit.teach.reveal import reveal, reveal_claims, reveal_number  # noqa: F401 - notebooks reveal through checks
 
 
@@ -68,6 +72,11 @@ def reset_attempts(key: str | None = None) -> None:
         _WRONG_TRIES.pop(key, None)
 
 
+def kind_of(key: str) -> str:
+    """"reasoning" for the two-step exercises (``NN.reason.name``), "exercise" for the look-ups."""
+    return "reasoning" if ".reason." in key else "exercise"
+
+
 def _why(ex: Exercise) -> str:
     return ex.why() if callable(ex.why) else ex.why
 
@@ -92,7 +101,7 @@ def check(key: str, answer: float | None) -> Feedback:
         return Feedback(False, f"The answer must be a number (got {answer!r}). {ex.question}")
     right = ex.answer()
     if abs(value - right) <= ex.rel_tol * abs(right) + 1e-12:
-        record("exercise", key, answer, True)
+        record(kind_of(key), key, value, True, right=right, rel_tol=ex.rel_tol)
         _WRONG_TRIES.pop(key, None)
         return Feedback(True, f"Right: {same_text(right, value)[0]}. {_why(ex)}")
     tries = _WRONG_TRIES[key] = _WRONG_TRIES.get(key, 0) + 1
@@ -101,7 +110,7 @@ def check(key: str, answer: float | None) -> Feedback:
     mine, theirs = same_text(value, right)
     direction = "high" if value > right else "low"
     diagnosis = _diagnosis(ex, value, right)
-    record("exercise", key, answer, False, diagnosis)
+    record(kind_of(key), key, value, False, diagnosis, right=right, rel_tol=ex.rel_tol)
     lines = [f"Not quite: {mine} is too {direction}."]
     if diagnosis:
         lines.append(f"Likely mistake: {diagnosis}" + ("" if diagnosis.endswith("?") else "."))

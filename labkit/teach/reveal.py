@@ -1,53 +1,102 @@
 """Reveals of committed predictions: the learner guesses first, then the lab says right or wrong, and by how much.
 
-A prediction is only worth making if the verdict is honest: counts are judged
-exactly, continuous values within a relative tolerance that the caller fits to the
-quantity (default 10%), and the two numbers are printed with enough digits that a
-wrong guess never reads like the right one. A guess changed after its reveal (the
-cell re-run with a new value) is noted, so a learner sees their first answer too.
+A prediction is only worth making if the verdict is honest: counts are judged exactly,
+continuous values within a relative tolerance the caller fits to the quantity (default 10%),
+and the two numbers are printed with enough digits that a wrong guess never reads like the
+right one. With its registered id (``key=``, :mod:`labkit.teach.predictions`) a reveal is
+locked: no answer without a committed guess or an explicit pass, a malformed guess refused
+without the answer, and a guess set after the first reveal shown and recorded as such.
 """
 
 from __future__ import annotations
 
-from labkit.errors import LabkitError, require_choice
+from labkit.errors import LabkitError
+from labkit.teach import journal
 from labkit.teach.diagnose import diagnose, same_text
 from labkit.teach.feedback import Feedback
-from labkit.teach.journal import record
+from labkit.teach.predictions import NO_GUESS, PASS, commit, predict, registered, state
 
 DEFAULT_REL_TOL = 0.10
-_FIRST_GUESS: dict[str, object] = {}
 _YES = {"yes", "y", "true", "t", "1"}
 _NO = {"no", "n", "false", "f", "0"}
 
 
-def _changed(key: str, guess: object) -> str:
-    """A note when ``guess`` differs from the first one revealed under ``key`` in this kernel."""
-    if guess is None:
-        return ""
-    first = _FIRST_GUESS.setdefault(key, guess)
-    return "" if first == guess else f" (Changed after the reveal: your first committed guess was {first!r}.)"
-
-
 def reset_reveals() -> None:
-    """Forget the first guesses (a new student, or a test)."""
-    _FIRST_GUESS.clear()
+    """Nothing to forget in the kernel: a prediction's state lives in the journal file (kept for callers)."""
 
 
-def reveal(prediction: str | None, measured: dict[str, float], question: str = "largest category"):
+def _refused(key: str | None, what: str, why: str = "") -> Feedback:
+    """The answer stays hidden: no guess (recorded as "no guess" once), or ``why`` the guess is not one."""
+    if why:
+        if key:
+            journal.record("prediction", key, why, None, event="malformed")
+        return Feedback(False, f"Not a guess, so nothing is revealed: {why}. Fix it in the cell above and run both.")
+    if key is None:
+        return Feedback(False, f"No guess committed: {what} stays hidden until you commit one.")
+    if not state(key).revealed:
+        journal.record("prediction", key, NO_GUESS, False, event="refused")
+    return Feedback(False, f"No guess committed for {key}, so its answer stays hidden; recorded as 'no guess'. "
+                    f"The cells below show the measurement, so a guess set now counts as 'after reveal'. To see "
+                    f"the answer here: set your guess above and run both cells, or run "
+                    f"checks.predict({key!r}, checks.PASS).")  # fmt: skip
+
+
+def _gate(key: str | None, guess: object, kind: str) -> tuple[object, bool]:
+    """(the guess to judge, whether the student passed); a key's committed guess stands in for a None."""
+    if key is None:
+        return (None, False) if guess is PASS else (guess, False)
+    if registered(key).kind != kind:
+        raise LabkitError(f"key {key!r} is a {registered(key).kind} prediction, not a {kind} one")
+    if guess is PASS:
+        predict(key, PASS)
+        return None, True
+    if isinstance(guess, dict) and all(v is None for v in guess.values()):
+        guess = None
+    st = state(key)
+    if guess is None and st.latest not in (None, NO_GUESS):
+        return st.latest, False
+    return guess, st.passed
+
+
+def _judged(key: str | None, guess: object, ok: bool, diagnosis: str = "", **truth: object) -> str:
+    """Record the reveal of ``guess``; the note when it came after the first reveal (not scored)."""
+    if key is None:
+        return ""
+    before = state(key)
+    commit(key, guess)
+    journal.record("prediction", key, guess, ok, diagnosis, event="reveal", after_reveal=before.revealed and
+                   journal.jsonable(guess) != before.committed, **truth)  # fmt: skip
+    if not before.revealed or journal.jsonable(guess) == before.committed:
+        return ""
+    first = before.committed if before.committed == NO_GUESS else repr(before.committed)
+    return f" (After the reveal, so not scored: your committed guess was {first}.)"
+
+
+def _choice(prediction: object, options: list[str]) -> str | None:
+    """The option ``prediction`` names, ignoring case and spaces ("Activations" is "activations")."""
+    text = str(prediction).strip().lower()
+    return next((o for o in options if o.lower() == text), None)
+
+
+def reveal(prediction: str | None, measured: dict[str, float], question: str = "largest category", *,
+           key: str | None = None) -> Feedback:
     """Compare a committed guess of the largest entry of ``measured`` with the measurement."""
     largest = max(measured, key=measured.get)
     share = measured[largest] / sum(measured.values())
+    answer = f"The {question} is {largest}, {100 * share:.0f}% of the total."
+    prediction, passed = _gate(key, prediction, "choice")
     if prediction is None:
-        return Feedback(False, f"No prediction committed. The {question} is {largest} ({100 * share:.0f}%).")
-    require_choice("prediction", prediction, measured)
-    record("prediction", question, prediction, prediction == largest)
-    verdict = "Right" if prediction == largest else f"Wrong: you said {prediction}"
-    return Feedback(prediction == largest, f"{verdict}. The {question} is {largest}, {100 * share:.0f}% of the "
-                    f"total.{_changed(question, prediction)}")  # fmt: skip
+        return Feedback(False, f"You passed: no guess. {answer}") if passed else _refused(key, question)
+    name = _choice(prediction, list(measured))
+    if name is None:
+        return _refused(key, question, f"prediction must be one of {', '.join(measured)} (got {prediction!r})")
+    ok = name == largest
+    note = _judged(key, name, ok, truth=largest)
+    return Feedback(ok, f"{'Right' if ok else f'Wrong: you said {name}'}. {answer}{note}")
 
 
 def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB", scale: float = 1e9, *,
-                  rel_tol: float | None = None, exact: bool | None = None):
+                  rel_tol: float | None = None, exact: bool | None = None, key: str | None = None) -> Feedback:
     """Compare a committed numeric guess with the value labkit measured or computed.
 
     ``exact`` (default: when the value is a whole number with no unit, i.e. a count)
@@ -55,9 +104,9 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
     (default 10%), tight enough that a classic misconception (ZeRO-3 moving the
     same bytes as data parallelism: 1.0 against 1.5) is called wrong.
     """
-    value = actual / scale
+    value = float(actual / scale)
     if exact is None:
-        exact = unit == "" and float(value).is_integer()
+        exact = unit == "" and value.is_integer()
     tol = 0.0 if exact else (DEFAULT_REL_TOL if rel_tol is None else rel_tol)
     if tol < 0:
         raise LabkitError(f"rel_tol must be >= 0 (got {rel_tol!r})")
@@ -65,18 +114,19 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
     def shown(text: str) -> str:
         return f"{text} {unit}" if unit else text
 
+    rule = "counts are judged exactly" if exact else f"tolerance {100 * tol:.0f}%"
+    guess, passed = _gate(key, guess, "number")
     if guess is None:
-        return Feedback(False, f"No guess committed. {what}: {shown(same_text(value, value)[0])}.")
+        return Feedback(False, f"You passed: no guess. {what}: {shown(same_text(value, value)[0])}.") if passed \
+            else _refused(key, what)
     try:
         g = float(guess)
     except (TypeError, ValueError):
-        return Feedback(False, f"The guess must be a number (got {guess!r}). {what}: "
-                        f"{shown(same_text(value, value)[0])}.")  # fmt: skip
+        return _refused(key, what, f"the guess must be a number, like 0.25 or 16 (got {guess!r})")
     ok = g == value if exact or value == 0 else abs(g - value) <= tol * abs(value)
     mine, theirs = same_text(g, value)
     if ok:
-        how = "exactly" if g == value else f"within {100 * tol:.0f}%"
-        verdict = f"Right ({how})"
+        verdict = f"Right ({'exactly' if g == value else f'within {100 * tol:.0f}%'})"
     elif value == 0:
         verdict = "Wrong"
     else:
@@ -86,34 +136,40 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         verdict = f"Wrong: too {'high' if g > value else 'low'} by {by}"
     slip = "" if ok else diagnose(g, value, unit=unit)
     slip = f" Likely slip: {slip}" + ("" if slip.endswith("?") else ".") if slip else ""
-    record("prediction", what, g, ok, slip.strip())
-    rule = "counts are judged exactly" if exact else f"right within {100 * tol:.0f}%"
-    return Feedback(ok, f"{verdict}: you said {shown(mine)}. {what}: {shown(theirs)} ({rule}).{slip}"
-                    f"{_changed(what, g)}", slip.strip())  # fmt: skip
+    note = _judged(key, g, ok, slip.strip(), truth=value, rel_tol=tol, exact=exact, unit=unit)
+    return Feedback(ok, f"{verdict}: you said {shown(mine)}. {what}: {shown(theirs)} ({rule}).{slip}{note}",
+                    slip.strip())
 
 
-def _as_bool(key: str, guess: object) -> bool | None:
+def _as_bool(guess: object) -> bool | None:
     if guess is None or isinstance(guess, bool):
         return guess
     text = str(guess).strip().lower()
-    if text in _YES:
-        return True
-    if text in _NO:
-        return False
-    raise LabkitError(f"guess for {key!r} must be one of True, False, 'yes', 'no' (got {guess!r})")
+    return True if text in _YES else False if text in _NO else None
 
 
-def reveal_claims(guesses: dict[str, object], truths: dict[str, bool]):
+def reveal_claims(guesses: dict[str, object], truths: dict[str, bool], *, key: str | None = None) -> Feedback:
     """Compare yes/no guesses (True/False or "yes"/"no") with what the model says; right when every guess is."""
+    given, passed = _gate(key, guesses, "claims")
+    given = given if isinstance(given, dict) else {}
+    bad = [k for k, v in given.items() if v is not None and _as_bool(v) is None]
+    if bad:
+        return _refused(key, "the claims", f"guess for {bad[0]!r} must be one of True, False, 'yes', 'no' "
+                        f"(got {given[bad[0]]!r})")  # fmt: skip
+    said = {k: _as_bool(given.get(k)) for k in truths}
+    if all(v is None for v in said.values()):
+        if not passed:
+            return _refused(key, "the claims")
+        return Feedback(False, "You passed: no guess.\n" + "\n".join(f"{k}: {'yes' if t else 'no'}"
+                                                                      for k, t in truths.items()))
     lines, right = [], 0
-    for key, truth in truths.items():
-        guess = _as_bool(key, guesses.get(key))
-        said = "no guess" if guess is None else ("you said yes" if guess else "you said no")
+    for claim, truth in truths.items():
+        guess = said[claim]
         hit = guess is not None and guess == bool(truth)
         right += hit
-        mark = "right" if hit else ("-" if guess is None else "wrong")
-        lines.append(f"{key}: {'yes' if truth else 'no'} ({said}: {mark}){_changed('claim:' + key, guess)}")
-        record("prediction", "claim:" + key, guess, hit)
-    answered = sum(_as_bool(k, guesses.get(k)) is not None for k in truths)
-    lines.append(f"{right} of {len(truths)} right." if answered else "No guesses committed yet.")
-    return Feedback(right == len(truths), "\n".join(lines))
+        mine = "no guess" if guess is None else ("you said yes" if guess else "you said no")
+        mark = "right" if hit else "-" if guess is None else "wrong"
+        lines.append(f"{claim}: {'yes' if truth else 'no'} ({mine}: {mark})")
+    lines.append(f"{right} of {len(truths)} right.")
+    note = _judged(key, said, right == len(truths), truth={k: bool(v) for k, v in truths.items()})
+    return Feedback(right == len(truths), "\n".join(lines) + note)

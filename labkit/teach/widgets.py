@@ -43,6 +43,7 @@ class DesignTask:
 
     goal: str
     check: Callable[[Panel], tuple[bool, str]]
+    key: str = ""  # its stable id ("01.design"), what the journal records it under
 
 
 class Panel:
@@ -78,7 +79,7 @@ class Panel:
             met, reason = False, f"the current setting is not valid input: {err}"
         from labkit.teach.journal import record
 
-        record("design", self.task.goal[:60], type(self).__name__, met, "" if met else reason)
+        record("design", self.task.key or self.task.goal, self.settings(), met, "" if met else reason, reason=reason)
         self.task_result.value = fit_html(met, ("Goal met: " if met else "Not yet: ") + reason)
         return met, reason
 
@@ -87,6 +88,7 @@ class Panel:
         self.output = w.Output()
         self.figures: list[Figure] = []
         self._held = False
+        self._controls = {id(c) for c in controls}
         for c in controls:
             c.observe(lambda _change: None if self._held else self.update(), names="value")
         per = -(-len(controls) // columns)
@@ -96,6 +98,10 @@ class Panel:
 
     def compute(self) -> tuple[str, list[Figure]]:
         raise NotImplementedError
+
+    def settings(self) -> dict[str, object]:
+        """The controls' values by attribute name: what ``set_values`` takes back (a hand-in's design record)."""
+        return {name: v.value for name, v in vars(self).items() if id(v) in getattr(self, "_controls", ())}
 
     def set_values(self, **values: object) -> bool:
         """Set several controls at once and redraw once (a search over settings, or a test)."""

@@ -124,7 +124,7 @@ measured = {"parameters": step.parameters, "gradients": step.gradients,
             "optimizer": step.optimizer, "activations": step.activations}
 for name, nbytes in measured.items():
     print(f"{name:12} {nbytes:>12,} bytes (measured)")
-checks.reveal(prediction, measured)
+checks.reveal(prediction, measured, key="01.predict.largest_category")
 
 # %% [markdown]
 # Over the step, memory rises and falls. torch's own `MemTracker` follows every
@@ -313,7 +313,8 @@ print(f"on {h100.name}: true capacity {h100.memory_bytes / 2**30:.1f} GiB = {h10
 print(tables.estimate_table(scaled))
 checks.reveal_claims(activations_more_than_half,
                      {"gpt2": scaled["GPT-2, b=8, s=1024"].activation_share > 0.5,
-                      "gpt3 on one GPU": scaled["GPT-3 175B on one GPU"].activation_share > 0.5})
+                      "gpt3 on one GPU": scaled["GPT-3 175B on one GPU"].activation_share > 0.5},
+                     key="01.predict.activations_over_half")
 
 # %% [markdown]
 # Activations dominate when the model states are small or sharded (GPT-2, GPT-3
@@ -353,7 +354,8 @@ print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
 states = wish.per_device_bytes["total"] - wish.per_device_bytes["activations"]
 print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the model states alone are {states / 1e9:.0f} GB, "
       f"{states / rtx.memory_bytes:.1f} times the card")
-checks.reveal_number(predicted_gb_7b, wish.per_device_bytes["total"], "Llama-2 7B needs (predicted)")
+checks.reveal_number(predicted_gb_7b, wish.per_device_bytes["total"], "Llama-2 7B needs (predicted)",
+                     key="01.predict.llama7b_gb")
 
 # %% [markdown]
 # The same failure at micro scale, measured. For the analogy to hold, the tiny GPT's
@@ -417,7 +419,8 @@ predicted_interruptions = None  # a count
 
 # %%
 llama3 = next(t for t in failure_traces() if t.name == "Llama 3")
-print(checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1))
+print(checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1,
+                           key="01.predict.llama3_interruptions"))
 print(f"{100 * llama3.hardware_share:.0f}% of them hardware; source: {llama3.source}")
 
 # %%

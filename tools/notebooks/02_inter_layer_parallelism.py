@@ -86,7 +86,8 @@ print(f"zero3 on 4 ranks keeps {share:.2f} of DDP's bytes per rank (measured)")
 print(checks.reveal_number(predicted_share_stage3, share, "Share of DDP's bytes per rank under zero3, 4 ranks",
                            "", 1.0, key="02.predict.zero3_share"))
 extra = zero.volume(results["zero3"][0].steady) / zero.volume(results["ddp"][0].steady)
-print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0, key="02.predict.zero3_traffic"))
+print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0,
+                           key="02.predict.zero3_traffic"))
 
 # %% [markdown]
 # Two things the paper does not say, measured here:

@@ -69,7 +69,8 @@ print(report.megatron_table({k: v for k, v in results.items() if k.startswith("t
 # %%
 assert report.worst_megatron_error(results) == 0
 share = results["t=4"][0].activation_bytes[0] / megatron.activation_bytes(1)["exact"]
-print(checks.reveal_number(predicted_act_share_tp4, share, "Share kept per rank at t=4 (measured)", "", 1.0))
+print(checks.reveal_number(predicted_act_share_tp4, share, "Share kept per rank at t=4 (measured)", "", 1.0,
+                           key="03.predict.act_share_tp4"))
 reference = megatron.single_process()
 assert report.megatron_max_error(results, reference) < 1e-5
 print("every rank's logits and gradients equal one process's within 1e-5 (absolute), at t=2 and t=4, with and"
@@ -111,7 +112,8 @@ print("activation bytes per device on 8 devices (measured):",
       ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,} B" for r in runs8),
       f"of the block's {one_device:,} B on one device (predicted)")
 fewest = min(r[0]["activation_bytes"] for r in runs8)
-checks.reveal_claims(predicted_keeps_fewest, {r[0]["mode"]: r[0]["activation_bytes"] == fewest for r in runs8})
+checks.reveal_claims(predicted_keeps_fewest, {r[0]["mode"]: r[0]["activation_bytes"] == fewest for r in runs8},
+                     key="03.predict.keeps_fewest")
 
 # %% [markdown]
 # All byte columns above are bytes (B) per device for the whole MLP block, fp32. 2.5D

@@ -79,7 +79,8 @@ traces = trace_iterations(Trainer(config), steps=3)
 print(f"{len(traces[0].entries)} saved tensors per iteration, {traces[0].total_bytes:,} bytes; "
       f"identical in all 3 iterations: {repeats(traces)} (measured)")
 print(checks.reveal_claims({"the same sequence in iterations 2 and 3": predicted_repeats},
-                           {"the same sequence in iterations 2 and 3": repeats(traces)}))
+                           {"the same sequence in iterations 2 and 3": repeats(traces)},
+                           key="04.predict.same_sequence"))
 for e in traces[0].entries[:6]:
     print(f"  #{e.index:<3} {e.module:28} {str(tuple(e.shape)):18} {e.nbytes:>10,} B  kept for {e.lifetime} events")
 
@@ -112,7 +113,8 @@ print("parameters after the step are bit-identical to the plain run's, with DRAM
 print(checks.reveal_claims({"the step fits": predicted_fits, "the parameters change": predicted_changes},
                            {"the step fits": all(r[0].peak <= capacity for r in results.values()),
                             "the parameters change": not all(parameters_equal(plain.model, r[1].model)
-                                                             for r in results.values())}))
+                                                             for r in results.values())},
+                           key="04.predict.fits_and_changes"))
 
 # %% [markdown]
 # What it cost (timing on this CPU, so not checked): the peak (it depends on how far ahead
@@ -183,7 +185,7 @@ for b in (1, 4):
     print(f"b={b}: {per_layer / 1e9:.2f} GB per layer over {hardware.link('pcie4-x16').name}; step "
           f"{tl.makespan:.2f} s of which {stall_seconds(tl):.2f} s waiting for copies (predicted)")
 print(checks.reveal_claims({"the A100 waits for PCIe at micro-batch 1": predicted_stall},
-                           {"the A100 waits for PCIe at micro-batch 1": stalls[1] > 0}))
+                           {"the A100 waits for PCIe at micro-batch 1": stalls[1] > 0}, key="04.predict.pcie_stall"))
 plots.gantt(tl, title="vDNN, Llama-2 7B, b=4, A100 over PCIe 4 (predicted)")
 
 # %% [markdown]
@@ -222,7 +224,7 @@ for p in points[1::2]:
           + ", ".join(f"{g['attn']} + {g['mlp']}" for g in p.ga_swaps))
 at_15 = next(p for p in points if p.ratio == 1.5)
 print(checks.reveal_number(predicted_search_overhead, 100 * at_15.ga_median,
-                           "Search's median slowdown at r = 1.5 (predicted)", "%", 1))
+                           "Search's median slowdown at r = 1.5 (predicted)", "%", 1, key="04.predict.search_overhead"))
 ratios = [p.ratio for p in points]
 plots.line({"search, best seed": [100 * min(p.ga) for p in points],
             "search, median": [100 * p.ga_median for p in points],
@@ -263,7 +265,8 @@ moved = run.bytes_down[-1] + run.bytes_up[-1]
 print(f"Psi = {run.params:,}; per step {run.bytes_down[-1]:,} B down + {run.bytes_up[-1]:,} B up "
       f"(measured) = {moved / run.params:.0f} bytes per parameter; predicted {run.predicted_bytes_per_step:,} B")
 assert moved == run.predicted_bytes_per_step
-print(checks.reveal_number(predicted_bytes_per_param, moved / run.params, "Bytes per parameter (measured)", "", 1))
+print(checks.reveal_number(predicted_bytes_per_param, moved / run.params, "Bytes per parameter (measured)", "", 1,
+                           key="04.predict.bytes_per_param"))
 reference = Trainer(TrainConfig(model=config.model, precision="bf16-mixed", batch_size=8))
 assert reference.run(3) == run.losses
 print("losses equal plain mixed-precision training bit for bit (same math, another place)")
@@ -363,7 +366,8 @@ print(f"FlashNeuron's rule (slack {fn.slack:.0%}), GPT-2 medium on a {fn.capacit
       f"with one NVMe SSD: "
       f"batch {fn.batch_no_offload} without offload, {fn.batch_offload} with it ({fn.batch_ratio:.1f}x), "
       f"{100 * fn.overhead:.0f}% slower (predicted)")
-print(checks.reveal_number(predicted_batch_ratio, fn.batch_ratio, "Batch ratio under the rule (predicted)", "x", 1))
+print(checks.reveal_number(predicted_batch_ratio, fn.batch_ratio, "Batch ratio under the rule (predicted)", "x", 1,
+                           key="04.predict.batch_ratio"))
 h = flashneuron.hiding(gpt2m, 1024, fn.batch_no_offload)
 print(f"why: at batch {fn.batch_no_offload} the layers compute {1e3 * h.compute_fwd_s:.0f} ms forward and "
       f"{1e3 * h.compute_bwd_s:.0f} ms backward and save {h.act_bytes / 1e9:.1f} GB; at {h.write_bps / 1e9:.1f} GB/s "

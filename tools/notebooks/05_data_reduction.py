@@ -55,7 +55,8 @@ data = compress.samples()
 rows = compress.compression_table(data)
 print(compress.ratio_text(rows))
 weights = next(r for r in rows if r.kind == "weights" and r.dtype == "fp32")
-print(checks.reveal_number(predicted_weight_ratio, weights.zstd3, "zstd-3 on fp32 weights (measured)", "", 1))
+print(checks.reveal_number(predicted_weight_ratio, weights.zstd3, "zstd-3 on fp32 weights (measured)", "", 1,
+                           key="05.predict.zstd_ratio"))
 
 # %% [markdown]
 # Read the table column by column. **H** is the order-0 entropy of the byte stream in bits
@@ -109,7 +110,8 @@ none, full = plans[0], plans[1]
 assert all(r.measured_bytes == r.predicted_bytes and r.grads_identical for r in plans)
 assert all(r.extra_flops == r.predicted_extra_flops for r in plans)
 print(checks.reveal_number(predicted_full_share, 100 * full.per_layer[0] / none.per_layer[0],
-                           "Share of a layer's activations kept under full recompute (measured)", "%", 1))
+                           "Share of a layer's activations kept under full recompute (measured)", "%", 1,
+                           key="05.predict.full_recompute_share"))
 
 # %% [markdown]
 # (`sqrt` keeps only the inputs of its two segments after forward, fewer bytes than `full`,
@@ -209,7 +211,8 @@ for name in precision.PRECISIONS:
     per_param = measured.model_states / sum(p.numel() for p in run.model.parameters())
     print(f"{name:14} model states {per_param:.0f} B/param; activations per layer "
           f"{measured.activations_per_layer()[0]:,} B (measured = predicted)")
-print(checks.reveal_number(predicted_mixed_bytes, per_param, "Bytes per parameter, fp16-mixed (measured)", "", 1))
+print(checks.reveal_number(predicted_mixed_bytes, per_param, "Bytes per parameter, fp16-mixed (measured)", "", 1,
+                           key="05.predict.mixed_bytes"))
 
 # %% [markdown]
 # Mixed precision saves **no** model-state memory with Adam: 2 + 2 + 12 = 16 bytes, the
@@ -253,7 +256,7 @@ for u in under:
           f"{100 * u.flushed_fraction:6.3f}% of {u.elements:,} gradient elements flushed to zero, "
           f"{u.overflowed} overflowed to inf/NaN")
 print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
-                           "Flushed without scaling (measured)", "%", 1))
+                           "Flushed without scaling (measured)", "%", 1, key="05.predict.flushed_share"))
 
 # %% [markdown]
 # Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.
@@ -293,9 +296,10 @@ print(text_table(["optimizer", "state B (measured)", "predicted B", "bytes/param
 assert all(r.state_bytes == r.predicted_bytes for r in opt_runs.runs)
 eight = opt_runs.run("8-bit AdamW (dynamic)")
 print(checks.reveal_number(predicted_state_bytes, eight.bytes_per_param, "Bytes per parameter, 8-bit (measured)",
-                           "", 1))
+                           "", 1, key="05.predict.state_bytes_8bit"))
 print(checks.reveal_claims({"trains as well": predicted_trains_as_well},
-                           {"trains as well": abs(eight.eval_loss - fp32_run.eval_loss) < 0.05}))
+                           {"trains as well": abs(eight.eval_loss - fp32_run.eval_loss) < 0.05},
+                           key="05.predict.trains_as_well"))
 
 # %% [markdown]
 # The *dynamic* code book is what makes it work. With a **linear** 8-bit grid (the same
@@ -347,7 +351,8 @@ for mode, d in xl.items():
           f"{'fits' if d.fits else 'does not fit'}")
 print(xl["none"].reason)
 print(checks.reveal_claims({"fits, no recompute": predicted_fit_none, "fits, full recompute": predicted_fit_full},
-                           {"fits, no recompute": xl["none"].fits, "fits, full recompute": xl["full"].fits}))
+                           {"fits, no recompute": xl["none"].fits, "fits, full recompute": xl["full"].fits},
+                           key="05.predict.fits_xl"))
 cheapest = design.cheapest_fit("gpt2-xl", "RTX-4090", 1, 1024)
 print(f"cheapest change that fits: {cheapest.label}: {cheapest.total_bytes / 1e9:.1f} GB, "
       f"+{100 * cheapest.extra_compute:.1f}% compute")

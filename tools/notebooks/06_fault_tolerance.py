@@ -52,8 +52,10 @@ for t in traces.values():
 llama = traces["Llama 3"]
 for n in sizes:
     print(f"{n:>7,} GPUs: {llama.failures_per_day(n):6.2f} failures a day, one every {llama.mtbf_hours(n):5.2f} h")
-print(checks.reveal_number(predicted_per_day_16k, llama.failures_per_day(16_384), "Per day on 16,384 GPUs", "", 1))
-print(checks.reveal_number(predicted_per_day_100k, llama.failures_per_day(100_000), "Per day on 100,000 GPUs", "", 1))
+print(checks.reveal_number(predicted_per_day_16k, llama.failures_per_day(16_384), "Per day on 16,384 GPUs", "", 1,
+                           key="06.predict.per_day_16k"))
+print(checks.reveal_number(predicted_per_day_100k, llama.failures_per_day(100_000), "Per day on 100,000 GPUs", "", 1,
+                           key="06.predict.per_day_100k"))
 plots.failures_per_day(sizes, {name: [t.failures_per_day(n) for n in sizes] for name, t in traces.items()})
 
 # %% [markdown]
@@ -80,8 +82,10 @@ kills = crash.kill_sweep(work / "kills", n=10, steps=8, every=2, seed=0)
 print(kills.table())
 assert kills.all_ok
 most_lost = max(o.steps_lost for o in kills.outcomes)
-print(checks.reveal_claims({"bit-identical": predicted_identical}, {"bit-identical": kills.all_ok}))
-print(checks.reveal_number(predicted_most_lost, most_lost, "Most steps lost (measured)", "", 1))
+print(checks.reveal_claims({"bit-identical": predicted_identical}, {"bit-identical": kills.all_ok},
+                           key="06.predict.bit_identical"))
+print(checks.reveal_number(predicted_most_lost, most_lost, "Most steps lost (measured)", "", 1,
+                           key="06.predict.most_lost"))
 
 # %% [markdown]
 # A kill during a step loses the steps since the last checkpoint; a kill while *writing*
@@ -193,6 +197,7 @@ print(f"within 2 sd of the best: {lo / 60:.0f} to {hi / 60:.0f} min; within 1 po
 print(f"simulated goodput at Young's interval {sw.goodput_at(sw.young_s):.4f}, at half of it "
       f"{sw.goodput_at(sw.young_s / 2):.4f}, at twice it {sw.goodput_at(2 * sw.young_s):.4f}")
 print(checks.reveal_number(predicted_interval_min, sw.best.interval_s / 60, "Best interval (simulated)", "min", 1,
+                           key="06.predict.best_interval",
                            rel_tol=0.25))  # the optimum is flat: 7-10 min are within noise of the best
 sweep.sweep_figure(sw)
 
@@ -287,7 +292,7 @@ print(f"replica held {fo.replica_bytes:,} B = 12 B x {fo.replica_params:,} param
       f"(predicted {fo.predicted_replica_bytes:,}); no checkpoint was read")
 print(f"losses and parameters bit-identical to an uninterrupted run: {fo.losses_identical and fo.params_identical}")
 assert fo.replica_bytes == fo.predicted_replica_bytes  # measured = model
-print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measured)", "", 1))
+print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measured)", "", 1, key="06.predict.rc_lost"))
 
 # %% [markdown]
 # ## 9 · Design: which strategy for which cluster?

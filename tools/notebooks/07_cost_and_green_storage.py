@@ -56,7 +56,8 @@ rows = [[kind, capital.usd_per_gb_basis(kind), f"{capital.usd_per_gb(kind):,.3f}
         for kind in capital.TIERS]
 print(text_table(["tier", "what the price is", "USD per GB", "kg CO2e to make a GB"], rows))
 print(checks.reveal_number(predicted_hbm_over_ssd, capital.usd_per_gb("hbm") / capital.usd_per_gb("ssd"),
-                           "HBM over SSD, per GB", "x", 1, rel_tol=0.25))  # prices: right within a quarter
+                           "HBM over SSD, per GB", "x", 1, rel_tol=0.25,
+                           key="07.predict.hbm_over_ssd"))  # prices: right within a quarter
 print(f"embodied carbon: {grid.figure('embodied', 'ssd').source}")
 
 # %% [markdown]
@@ -79,6 +80,7 @@ predicted_fmas = None
 pj = energy.han_pj()
 print(", ".join(f"{k} {v:g} pJ" for k, v in pj.items()))
 print(checks.reveal_number(predicted_fmas, energy.dram_read_over_fma(), "FMAs per DRAM read (Han et al.)", "", 1,
+                           key="07.predict.dram_read_fmas",
                            rel_tol=0.25))  # a ratio of two published energies: right within a quarter
 rows = [["HBM (H100)", f"{energy.gpu_memory_j_per_bit(h100) * 1e12:.1f}"],
         ["PCIe 5", f"{energy.link_j_per_bit(hardware.link('pcie5-x16')) * 1e12:.1f}"],
@@ -164,7 +166,8 @@ for metric, who in best.items():
     print(f"lowest {metric}: {', '.join(who)}")
 print(f"cheapest to rent (within 0.5%): {', '.join(best['cloud_usd'])}")
 print(checks.reveal_claims({"offload rents for less": predicted_offload_cheaper},
-                           {"offload rents for less": "hbm" not in best["cloud_usd"]}))
+                           {"offload rents for less": "hbm" not in best["cloud_usd"]},
+                           key="07.predict.offload_cheaper"))
 EconomicsPanel.chart(runs, "ssd-offload", "Llama-2 7B, 20 bn tokens, H100 (predicted)")
 
 # %% [markdown]

@@ -56,7 +56,7 @@ print(text_table(["HBM / working set", "LRU misses", "trace-aware misses", "LRU 
                  rows))
 cut = 100 * (1 - half[1].stall_s / half[0].stall_s)
 print(checks.reveal_number(predicted_stall_cut, cut, "Stall removed by the trace-aware schedule (simulated)", "%", 1,
-                           rel_tol=0.15))  # a simulated share: right within 15% of it
+                           rel_tol=0.15, key="08.predict.stall_cut"))  # a simulated share: right within 15% of it
 print(text_table(["tier", "capacity B", "reads", "hits", "hit rate", "bytes served"], half[1].rows()))
 
 # %% [markdown]
@@ -104,7 +104,7 @@ print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
                  [[p, "total (bytes: over links)" if leg == "total" else leg, where, f"{b / 1e9:,.0f} GB",
                    f"{s:.3f}", f"{j:.1f}"] for p, leg, where, b, s, j in paths.rows()]))
 print(checks.reveal_claims({"near-data is faster": predicted_near_faster},
-                           {"near-data is faster": paths.winner == "near-data"}))
+                           {"near-data is faster": paths.winner == "near-data"}, key="08.predict.near_faster"))
 be = near_data.break_even_bandwidth("dram")
 print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth (computed at 1 bn parameters); for states "
       f"on an SSD whose engine only gets the drive's own bandwidth, below "
@@ -134,7 +134,8 @@ gpt = crossbar.tiny_trainer()
 adc = crossbar.sweep(gpt, "adc_bits", [2, 4, 6, 8, 10, None])
 print(text_table(["ADC bits", "analog loss", "digital loss", "gap"], adc.rows()))
 enough = min(p.setting for p in adc.points if p.setting is not None and abs(p.gap) <= 0.01)
-print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1, exact=True))
+print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1, exact=True,
+                           key="08.predict.adc_bits"))
 
 # %% [markdown]
 # Read noise, as a fraction of the largest conductance. Noise is random, so each level runs

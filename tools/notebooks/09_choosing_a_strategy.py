@@ -68,7 +68,8 @@ capacity = hardware.gpu("A100-80GB").memory_bytes  # the true capacity, as every
 print(checks.reveal_claims({"tensor parallel below ZeRO-3": predicted_tp_below_zero3,
                             "one technique alone fits on the GPU": predicted_one_fits},
                            {"tensor parallel below ZeRO-3": candidates["tensor parallel"] < candidates["ZeRO-3"],
-                            "one technique alone fits on the GPU": min(r.memory_bytes for r in rows) <= capacity}))
+                            "one technique alone fits on the GPU": min(r.memory_bytes for r in rows) <= capacity},
+                           key="09.predict.table_claims"))
 
 # %% [markdown]
 # No single technique fits GPT-3 on 80 GiB (A100-80GB) GPUs with 8 of them; combinations on many GPUs do.
