@@ -145,7 +145,7 @@ def test_reasoning_unit_slips_are_diagnosed():
 
     share = checks.EXERCISES["05.reason.selective_share"].answer()
     assert "percentage" in checks.check("05.reason.selective_share", 100 * share).diagnosis
-    assert "1e9" in checks.check("01.reason.batch8_extra_gb", 1e9 * _extra()).diagnosis
+    assert "bytes given where GB" in checks.check("01.reason.batch8_extra_gb", 1e9 * _extra()).diagnosis
 
 
 def _extra():
