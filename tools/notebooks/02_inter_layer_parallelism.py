@@ -366,7 +366,7 @@ checks.check("02.bubble", None)
 checks.check("02.zero3_gb", None)
 
 # %%
-checks.check("02.pipedream_versions", None)
+checks.check("02.pipedream_stash_gb", None)
 
 # %% [markdown]
 # **Reasoning across results.** Put together the bubble's share of the step (the formula

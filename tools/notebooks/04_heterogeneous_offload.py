@@ -440,7 +440,7 @@ OffloadPanel(model="gpt2-large", gpu="V100-32GB", seq=1024, micro_batch=4, budge
 # ## 10 · Check yourself
 
 # %%
-checks.check("04.zero_offload_gb", None)
+checks.check("04.offload_gpu_gb", None)
 
 # %%
 checks.check("04.pcie_seconds", None)
