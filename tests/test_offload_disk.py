@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from labkit.errors import LabkitError
-from labkit.offload.disk import DiskStore, measure_disk
+from labkit.offload.disk.bandwidth import measure_disk
+from labkit.offload.disk.store import DiskStore
 
 
 @pytest.fixture(params=[True, False], ids=["direct", "buffered"])
@@ -92,7 +93,7 @@ def test_bad_input(tmp_path: Path) -> None:
 def test_measure_disk_is_quick_and_leaves_nothing(tmp_path: Path) -> None:
     bw = measure_disk(tmp_path, nbytes=16 * 2**20, block=4 * 2**20)
     assert bw.write_bps > 0 and bw.read_bps > 0 and bw.allocate_bps > 0
-    assert bw.method in ("O_DIRECT", "buffered+fsync+DONTNEED")
+    assert bw.method in ("O_DIRECT", "buffered+fsync+DONTNEED", "buffered+fsync")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(LabkitError, match="block"):
         measure_disk(tmp_path, nbytes=10 * 2**20, block=3 * 2**20)
@@ -154,3 +155,19 @@ def test_rewrite_in_place_and_reads_are_independent(store: DiskStore) -> None:
     assert torch.equal(second, torch.arange(3000.0)) and torch.equal(store.read("a"), torch.arange(3000.0))
     store.write("a", torch.zeros(10))  # another size: a new file
     assert torch.equal(store.read("a"), torch.zeros(10))
+
+
+def test_without_posix_fadvise_as_on_macos_the_store_and_the_measure_still_work(tmp_path, monkeypatch) -> None:
+    """Issue 23: macOS has no os.posix_fadvise; the buffered path skips the cache hint and says so."""
+    from labkit.offload.disk import bandwidth, io
+
+    monkeypatch.delattr(os, "posix_fadvise")
+    monkeypatch.setattr(io, "CAN_DROP_CACHE", False)
+    monkeypatch.setattr(bandwidth, "BUFFERED", "buffered+fsync")
+    monkeypatch.setattr(bandwidth, "direct_io_supported", lambda d: False)
+    with DiskStore(tmp_path, direct=False) as s:
+        s.write("a", torch.arange(5000.0))
+        assert torch.equal(s.read("a"), torch.arange(5000.0))
+    bw = measure_disk(tmp_path, nbytes=2**20, block=2**18)
+    assert bw.method == "buffered+fsync" and bw.read_bps > 0
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from labkit.errors import LabkitError
-from labkit.offload.disk import DiskStore
+from labkit.offload.disk.store import DiskStore
 from labkit.offload.infinity_scale import dgx2_fit
 from labkit.offload.zero_infinity import ZeroInfinityTrainer, io_bytes_per_step, run_zero_infinity
 from labkit.offload.zero_offload import largest_model, largest_model_table, run_zero_offload, step_time

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import torch
 
-from labkit.offload.disk import DiskStore, GiB, MiB, measure_disk
+from labkit.offload.disk.bandwidth import measure_disk
+from labkit.offload.disk.io import GiB, MiB
+from labkit.offload.disk.store import DiskStore
 from labkit.offload.zero_infinity import run_zero_infinity
 from labkit.rig.data import vocab_size
 from labkit.rig.model import GPTConfig

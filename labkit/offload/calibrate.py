@@ -41,7 +41,9 @@ import torch
 from labkit.errors import require_choice, require_positive
 from labkit.hardware import Link, Tier, tier
 from labkit.offload.budget import model_state_bytes
-from labkit.offload.disk import DiskBandwidth, DiskStore, MiB, measure_disk
+from labkit.offload.disk.bandwidth import DiskBandwidth, measure_disk
+from labkit.offload.disk.io import MiB
+from labkit.offload.disk.store import DiskStore
 from labkit.offload.iteration import Machine, Op, Plan, Result, simulate_iteration
 from labkit.offload.overhead import SoftwareCost, software_cost, timed_step
 from labkit.offload.trace import Trace, trace_step

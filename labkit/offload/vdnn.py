@@ -8,7 +8,7 @@ tiny GPT through ``torch.autograd.graph.saved_tensors_hooks``:
 
 * ``store="dram"``: a copy into a separate host buffer. On a GPU this is a pinned-memory
   D2H copy; on this CPU-only build it is a plain copy into another buffer, the same bytes;
-* ``store="disk"``: one raw file per storage in a :class:`labkit.offload.disk.DiskStore`
+* ``store="disk"``: one raw file per storage in a :class:`labkit.offload.disk.store.DiskStore`
   (``O_DIRECT`` where the file system allows it, so the bytes reach the disk rather than the
   page cache); bytes are written as a uint8 view of the storage, so bf16 round-trips bit
   for bit, like the int16 view in the field notes;
@@ -51,7 +51,8 @@ from labkit.hardware import gpu as find_gpu
 from labkit.hardware import link as find_link
 from labkit.hardware import transfer_time
 from labkit.offload.budget import DeviceOutOfMemory, ResidentCounter, SavedHooks, _Held, model_state_bytes
-from labkit.offload.disk import DiskFull, DiskStore
+from labkit.offload.disk.io import DiskFull
+from labkit.offload.disk.store import DiskStore
 from labkit.offload.trace import Trace
 from labkit.rig.step import StepHooks, forward_backward, training_step
 from labkit.rig.train import batch_tensors

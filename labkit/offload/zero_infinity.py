@@ -39,7 +39,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labkit.errors import LabkitError, require_positive
-from labkit.offload.disk import DiskBandwidth, DiskStore, measure_disk
+from labkit.offload.disk.bandwidth import DiskBandwidth, measure_disk
+from labkit.offload.disk.store import DiskStore
 from labkit.predict.offload_model import ZERO_INFINITY, ZERO_INFINITY_LAB
 from labkit.rig.model import count_parameters
 from labkit.rig.train import TrainConfig, Trainer
