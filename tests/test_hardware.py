@@ -16,7 +16,8 @@ from labkit.errors import LabkitError
 
 GPUS = ["V100-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H200", "RTX-4090"]
 TIERS = ["DDR4-3200", "DDR5-4800", "NVMe-PCIe4", "NVMe-PCIe5", "HDD-7200rpm"]
-LINKS = ["pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr"]
+LINKS = ["pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "roce-400",
+         "ethernet-100", "omnipath-100"]
 
 MINIMAL = """
 [[link]]

@@ -193,10 +193,17 @@ def microbatches(global_batch: int, lay: Layout) -> int:
 
 
 def links(lay: Layout, mc: Machine) -> dict:
-    """The link each group uses: tp innermost in a node, then dp, then pp (Megatron's rank order)."""
+    """The link each group uses: tp innermost in a node, then dp, then pp (Megatron's rank order).
+
+    A data-parallel group that spans nodes holds node / tp of its GPUs on each node and runs over
+    that many of the node's network ports (``collectives.node_link``) where the framework's rings use
+    them (``profiles``), else one; a pipeline send goes from each
+    GPU of a stage over its own port (Narayanan et al. 2021, section 4.1, scatter/gather)."""
     node, cl = mc.cluster.gpus_per_node, mc.cluster
-    return {"tp": cl.intra_node, "dp": cl.intra_node if lay.tp * lay.dp <= node else cl.inter_node,
-            "pp": cl.intra_node if lay.gpus <= node else cl.inter_node}
+    dp_on_node = max(1, min(lay.dp, node // lay.tp))
+    ports = min(mc.ports, dp_on_node) if mc.profile.aggregate_ports else 1
+    dp = cl.intra_node if lay.tp * lay.dp <= node else coll.node_link(cl.inter_node, ports, cl.intra_node)
+    return {"tp": cl.intra_node, "dp": dp, "pp": cl.intra_node if lay.gpus <= node else cl.inter_node}
 
 
 def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine) -> dict[str, float]:
@@ -205,9 +212,11 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     dtype = "fp32" if lay.precision == "fp32" else "bf16"
     e = PRECISIONS[lay.precision].weights
     m, ln = microbatches(global_batch, lay), links(lay, mc)
+    prof = mc.profile
     k = compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
-                              lay.attention == "fused", lay.recompute)
-    kernels_mb = k["forward"] + k["backward"] + k["recompute"]
+                              lay.attention == "fused", lay.recompute, prof.launch_per_layer_s,
+                              gemm_efficiency=prof.gemm_efficiency)
+    kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
     tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
     pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e)
     out = dict.fromkeys((*TIMES, "cpu", "peer_bytes", "pcie_bytes", "nvme_read", "nvme_write"), 0.0)
@@ -215,7 +224,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     out["bubble"] = (lay.pp - 1) / lay.chunks * (kernels_mb + tp_mb + pp_mb)
     local = shape.params / (lay.tp * lay.pp)
     moved, out["dp"] = steptime.dp_seconds(local, lay, m, ln["dp"], PRECISIONS[lay.precision].grads, e,
-                                           k["backward"])
+                                           k["backward"], kernels_mb, prof)
     out["peer_bytes"] = moved + out["tp"] * coll.bandwidth(ln["tp"]) + out["pp"] * ln["pp"].bandwidth
     shard = local / (lay.dp if lay.zero_stage >= 1 else 1)
     out["optimizer"] = steptime.optimizer_seconds(shard, lay, dev)

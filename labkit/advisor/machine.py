@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit import hardware
+from labkit.advisor.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile, profile
 from labkit.economics import grid
 from labkit.errors import LabkitError, require_positive
 from labkit.hardware import Cluster, Host, Link, Tier
@@ -35,6 +36,13 @@ class Machine:
     headroom: float = DEFAULT_HEADROOM
     region: str = "world"
     pue: str = "industry-average"
+    network_ports: int = 0  # network ports per host; 0: the host's own (one when the catalogue gives none)
+    profile: Profile = PROFILES[DEFAULT_FRAMEWORK]  # the framework the plan runs under (``profiles``)
+
+    @property
+    def ports(self) -> int:
+        """Network ports of one host: the override, else the catalogue host's, else one."""
+        return self.network_ports or self.host.network_ports or 1
 
     @property
     def usable_fraction(self) -> float:
@@ -85,12 +93,15 @@ def _host_for(cat: hardware.Catalogue, gpu: str, host: str | None) -> Host:
 
 def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: str | None = None,
             host: str | None = None, dram: str | None = None, ssd: str | None = None,
-            headroom: float = DEFAULT_HEADROOM, region: str = "world") -> Machine:
+            headroom: float = DEFAULT_HEADROOM, region: str = "world", network_ports: int | None = None,
+            framework: str = DEFAULT_FRAMEWORK) -> Machine:
     """``gpus`` GPUs of the catalogue in hosts of the catalogue (``host``, or the first built with ``gpu``).
 
     ``gpus_per_node`` defaults to the host's GPU slots (fewer when ``gpus`` is smaller); ``dram``,
-    ``ssd`` and ``inter_node`` override the host's own tiers and network.
+    ``ssd``, ``inter_node`` (a network link of the catalogue) and ``network_ports`` (ports per host)
+    override the host's own tiers and network; ``framework`` names the software profile (``profiles``).
     """
+    prof = profile(framework)
     require_positive("gpus", gpus)
     if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
         raise LabkitError(f"headroom must be a fraction in [0, 1) of GPU memory kept free (got {headroom!r})")
@@ -105,7 +116,16 @@ def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: s
     node = min(gpus, gpus_per_node or slots)
     if gpus % node:
         raise LabkitError(f"gpus must be a multiple of gpus_per_node={node} (got {gpus})")
-    net = inter_node or h.network
+    if inter_node is not None:
+        kinds = [k for k in hardware.LINK_KINDS if k not in ("pcie", "nvlink")]
+        names = [lk.name for lk in cat.links if lk.kind in kinds]
+        if cat.link(inter_node).kind not in kinds:
+            raise LabkitError(f"network must be a link between hosts: one of {', '.join(names)} (got {inter_node!r})")
+    if network_ports is not None:
+        require_positive("network_ports", network_ports)
+        if network_ports > 64:
+            raise LabkitError(f"network_ports must be a positive integer of at most 64 per host (got {network_ports})")
+    net = inter_node or (h.network if h.network != "none" else "")
     if gpus > node and not net:
         raise LabkitError(f"gpus must be at most {node} on host {h.name}: it has no network between hosts "
                           f"({h.note or 'none in the catalogue'}) (got {gpus})")
@@ -113,7 +133,8 @@ def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: s
     grid.region(region)
     dram_tier = cat.tier(dram or h.dram or "DDR4-3200")
     ssd_name = ssd or h.nvme
-    return Machine(cl, h, dram_tier, cat.tier(ssd_name) if ssd_name else None, float(headroom), region)
+    return Machine(cl, h, dram_tier, cat.tier(ssd_name) if ssd_name else None, float(headroom), region,
+                   network_ports=network_ports or 0, profile=prof)
 
 
 def network_link(mc: Machine) -> Link:

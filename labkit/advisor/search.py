@@ -33,6 +33,7 @@ from labkit import hardware
 from labkit.advisor import costing
 from labkit.advisor.costing import GOALS, OFFLOAD_STAGE, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
+from labkit.advisor.profiles import DEFAULT_FRAMEWORK
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import GB
 from labkit.predict.estimate import RECOMPUTE
@@ -229,7 +230,8 @@ class Advice:
 
 def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", gpus: int = 8, goal: str = "fastest",
            seq: int = 0, gpus_per_node: int | None = None, machine: Machine | None = None, host: str | None = None,
-           headroom: float = costing.DEFAULT_HEADROOM, fixed: dict | None = None) -> Advice:
+           headroom: float = costing.DEFAULT_HEADROOM, fixed: dict | None = None, framework: str | None = None,
+           network: str | None = None, network_ports: int | None = None) -> Advice:
     """Search every plan of ``model`` on ``gpus`` GPUs for ``goal`` (fit, fastest, cheapest, greenest).
 
     ``fit`` ranks by memory per GPU (most room first), the others by step seconds, USD and kg CO2 per
@@ -237,14 +239,16 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     ``greenest`` differs, because a stalled GPU draws less than a computing one, and needs the GPU's
     energy figures. ``fixed`` holds layout fields the caller chose (``{"tp": 8, "recompute": "full"}``):
     the search keeps them; with dp, tp and pp all fixed, that layout is also priced as given
-    (``Advice.exact``). ``host`` and ``headroom`` build the machine (``machine.machine``).
+    (``Advice.exact``). ``host``, ``headroom``, ``network``, ``network_ports`` and ``framework`` (a profile of
+    ``profiles``) build the machine (``machine.machine``).
     """
     require_choice("goal", goal, GOALS)
     require_positive("global_batch", global_batch)
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     seq = seq or shape.seq
     require_positive("seq", seq)
-    mc = machine or costing.machine(gpu, gpus, gpus_per_node, host=host, headroom=headroom)
+    mc = machine or costing.machine(gpu, gpus, gpus_per_node, network, host=host, headroom=headroom,
+                                    network_ports=network_ports, framework=framework or DEFAULT_FRAMEWORK)
     if goal == "greenest" and costing.energy_missing(mc):
         with_figures = [g.name for g in hardware.load_catalogue().gpus if g.memory_energy_j_per_bit is not None]
         raise LabkitError(f"goal greenest needs energy figures: {costing.energy_missing(mc)}; GPUs with them: "

@@ -37,12 +37,14 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
 
 from __future__ import annotations
 
+from labkit.advisor.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile
 from labkit.hardware import Link, transfer_time
 from labkit.predict import collectives as coll
 from labkit.predict import compute
 from labkit.predict.estimate import PRECISIONS
 
 ADAM_BYTES = {32: 4 * 2 + 4 * 2 + 4 * 2, 8: 4 * 2 + 1 * 2 + 1 * 2}  # master, m, v read and written (8-bit: m, v)
+DEFAULT = PROFILES[DEFAULT_FRAMEWORK]
 TIMES = ("compute", "bubble", "tp", "pp", "dp", "optimizer", "offload")
 
 
@@ -64,22 +66,40 @@ def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int) -> float:
 
 
 def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_weight: int,
-               backward_s: float) -> tuple[float, float]:
-    """(bytes moved, exposed seconds) of the data-parallel traffic of one step for the layout's ZeRO stage."""
+               backward_s: float, micro_batch_s: float = 0.0, prof: Profile = DEFAULT) -> tuple[float, float]:
+    """(bytes moved, exposed seconds) of the data-parallel traffic of one step for the layout's ZeRO stage,
+    with the overlap the framework achieves (``profiles``): ``backward_s`` and ``micro_batch_s`` are one
+    micro-batch's backward and whole kernels."""
     d = lay.dp
     if d == 1:
         return 0.0, 0.0
     grads, weights = e_grad * params_per_gpu, e_weight * params_per_gpu
     if lay.zero_stage <= 1:
         moved, exposed = 2 * (d - 1) / d * grads, coll.all_reduce(grads, d, link)
+        if prof.overlap_dp and lay.pp == 1:  # bucketed all-reduce during the last micro-batch's backward
+            exposed = max(0.0, exposed - backward_s)
     elif lay.zero_stage == 2:
         per_mb = coll.reduce_scatter(grads, d, link)
         moved = (d - 1) / d * (m * grads + weights)
         exposed = m * max(0.0, per_mb - backward_s) + coll.all_gather(weights, d, link)
     else:
         moved = m * (d - 1) / d * (2 * weights + grads)
-        exposed = m * (2 * coll.all_gather(weights, d, link) + coll.reduce_scatter(grads, d, link))
+        per_mb = 2 * coll.all_gather(weights, d, link) + coll.reduce_scatter(grads, d, link)
+        hidden = max(per_mb * prof.exposed_share, per_mb - micro_batch_s)
+        exposed = m * (hidden if prof.overlap_sharded else per_mb)
     return moved, exposed
+
+
+def framework_seconds(shape, seq: int, lay, dev, prof: Profile) -> float:
+    """What the framework adds to one micro-batch's kernels on the last stage (``profiles``): unfused
+    fp32 element-wise passes over b s h in every layer, and the fp32 cross-entropy over b s V."""
+    if not (prof.bsh_passes or prof.ce_passes):
+        return 0.0
+    rows = lay.micro_batch * seq
+    wide = rows * shape.hidden / (lay.tp if lay.seq_parallel else 1)
+    layers = shape.layers / lay.pp
+    return compute.stream_seconds(layers * prof.bsh_passes * 4 * wide
+                                  + prof.ce_passes * 4 * rows * shape.vocab / lay.tp, dev)
 
 
 def optimizer_seconds(params_on_gpu: float, lay, dev) -> float:

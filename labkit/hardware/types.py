@@ -15,7 +15,7 @@ from labkit.errors import LabkitError, require_positive
 GB = 1e9
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15}
 _UNITS |= {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
-LINK_KINDS = ("pcie", "nvlink", "infiniband", "ethernet")
+LINK_KINDS = ("pcie", "nvlink", "infiniband", "ethernet", "omnipath")
 HOST_KINDS = ("server", "workstation", "cloud")
 
 

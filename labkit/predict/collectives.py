@@ -19,11 +19,19 @@ Two forms of B, named, because the notebooks teach the first and plans need the 
 NCCL's bus bandwidth is defined so that it compares with the link's rate whatever g is (nccl-tests,
 doc/PERFORMANCE.md: busbw = algbw x 2 (g-1)/g for an all-reduce), which is what lets one efficiency
 per link kind stand for every group size.
+
+Between nodes, NCCL runs one ring channel per network port and spreads them over the node's
+ports, so a group that holds k GPUs of each node moves its bytes through min(ports, k) ports at
+once (:func:`node_link`): the 84.8 GB/s of nccl-tests issue 119 is 0.848 of four HDR ports'
+aggregate, not of one. One GPU per node gets one port. The ring also crosses the node's NVLink,
+so it never runs faster than the NVLink bus bandwidth.
 """
 
 from __future__ import annotations
 
-from labkit.errors import require_choice
+from dataclasses import replace
+
+from labkit.errors import require_choice, require_positive
 from labkit.hardware import Link
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
@@ -76,3 +84,13 @@ def reduce_scatter(nbytes: float, group: int, link: Link, form: str = DEFAULT_FO
 def wire_bytes(kind: str, nbytes: float, group: int) -> float:
     """Bytes one GPU sends (and as many it receives) in the ring: messages x n/g."""
     return messages(kind, group) * nbytes / group if group > 0 else 0.0
+
+
+def node_link(network: Link, ports: int, intra: Link | None = None) -> Link:
+    """The link a ring sees between nodes when ``ports`` ports of each node carry it (module text): their
+    aggregate bandwidth, capped so that its bus bandwidth is no more than ``intra``'s (the ring crosses both)."""
+    require_positive("ports", ports)
+    bw = ports * network.bandwidth
+    if intra is not None:
+        bw = min(bw, bandwidth(intra) / (bandwidth(network) / network.bandwidth))
+    return replace(network, name=f"{ports} x {network.name}", bandwidth=bw)

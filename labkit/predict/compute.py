@@ -91,15 +91,19 @@ def stream_seconds(nbytes: float, dev: Device) -> float:
 
 @lru_cache(maxsize=4096)
 def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
-                sp: bool = False, flash: bool = False) -> LayerTimes:
-    """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text)."""
+                sp: bool = False, flash: bool = False, launch_s: float = KERNELS_PER_LAYER * LAUNCH_S,
+                gemm_efficiency: float = GEMM_EFFICIENCY) -> LayerTimes:
+    """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
+    ``launch_s`` (the layer's launch and dispatch seconds) and ``gemm_efficiency`` (the share of the dense
+    peak its GEMMs reach) are a framework's (``labkit.advisor.profiles``)."""
+    g = gemm_efficiency
     e = 4 if dtype == "fp32" else 2
     rows, h, t = micro_batch * seq, shape.hidden, tp
     kv, ffn = shape.kv_hidden, shape.ffn_size
-    gemm = gemm_seconds(rows, (h + 2 * kv) / t, h, dev, dtype, e)  # QKV
-    gemm += gemm_seconds(rows, h, h / t, dev, dtype, e)  # attention output projection
-    gemm += gemm_seconds(rows, ffn / t, h, dev, dtype, e, count=2 if shape.gated else 1)  # MLP up (and gate)
-    gemm += gemm_seconds(rows, h, ffn / t, dev, dtype, e)  # MLP down
+    gemm = gemm_seconds(rows, (h + 2 * kv) / t, h, dev, dtype, e, efficiency=g)  # QKV
+    gemm += gemm_seconds(rows, h, h / t, dev, dtype, e, efficiency=g)  # attention output projection
+    gemm += gemm_seconds(rows, ffn / t, h, dev, dtype, e, 2 if shape.gated else 1, g)  # MLP up (and gate)
+    gemm += gemm_seconds(rows, h, ffn / t, dev, dtype, e, efficiency=g)  # MLP down
     heads, d = micro_batch * shape.heads / t, h // shape.heads
     if flash:
         attention = kernel_seconds(4.0 * heads * seq * seq * d, 0.0, dev, dtype, FLASH_EFFICIENCY)
@@ -108,25 +112,30 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
         attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
     wide = rows * h / (t if sp and t > 1 else 1)  # b s h tensors: whole on every rank without sequence parallelism
     elementwise = stream_seconds(wide * (2 * 2 * e + 2 * (3 * e + 1)) + rows * ffn / t * 2 * e, dev)
-    return LayerTimes(gemm, attention, elementwise, KERNELS_PER_LAYER * LAUNCH_S)
+    return LayerTimes(gemm, attention, elementwise, launch_s)
 
 
 @lru_cache(maxsize=1024)
-def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16") -> float:
+def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
+                   gemm_efficiency: float = GEMM_EFFICIENCY) -> float:
     """Forward of the output layer (h x V GEMM, split over tp) on the last pipeline stage, one micro-batch."""
-    return gemm_seconds(micro_batch * seq, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2)
+    return gemm_seconds(micro_batch * seq, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2,
+                        efficiency=gemm_efficiency)
 
 
 RECOMPUTE_AGAIN = ("none", "selective", "full")
 
 
 def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: int, dev: Device, dtype: str = "bf16",
-                  sp: bool = False, flash: bool = False, recompute: str = "none") -> dict[str, float]:
+                  sp: bool = False, flash: bool = False, recompute: str = "none",
+                  launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
+                  gemm_efficiency: float = GEMM_EFFICIENCY) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
-    the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022)."""
-    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash)
-    per_stage = shape.layers / pp
-    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype)
+    the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022).
+    ``layers`` is that stage's layer count (default: an even split, layers / pp)."""
+    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency)
+    per_stage = shape.layers / pp if layers is None else layers
+    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency)
     again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]
     return {"forward": per_stage * lt.forward + logits, "backward": per_stage * lt.backward + 2 * logits,
             "recompute": per_stage * again}

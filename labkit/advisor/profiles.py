@@ -1,0 +1,95 @@
+"""Framework profiles: what the software stack adds to the kernels and which communication it hides.
+
+The same layout runs at different speeds under different frameworks: Megatron-LM fuses its
+element-wise kernels and launches few of them; eager PyTorch with transformers launches every
+operation from Python, keeps norms and the loss in fp32 under autocast and runs each element-wise
+op as its own kernel; FSDP prefetches the next layer's parameters while the current one computes.
+A profile is one named set of these assumptions, the same for every row it is used on, and each
+constant says where it comes from. ``labkit advise --framework NAME`` chooses one; every plan
+prints the profile it was priced with.
+
+* ``megatron-2021``: Megatron-LM as in Narayanan et al., SC 2021: fused kernels (section 4.2),
+  ``compute.KERNELS_PER_LAYER`` launches of ``compute.LAUNCH_S`` each; collectives not overlapped;
+  a data-parallel group that spans nodes runs over one network port per GPU (the ZeRO-3 runs of
+  the paper's Table 2 were DeepSpeed's, whose per-module gathers did not aggregate a node's ports:
+  fitted on that table, ``tests/test_advisor_calibration.py``).
+* ``megatron-te``: Megatron-Core with Transformer Engine: the same fused kernels, and the
+  distributed optimizer's ``--overlap-grad-reduce --overlap-param-gather`` hide data-parallel
+  traffic behind the backward and forward (Megatron-Core documentation, distributed optimizer);
+  NCCL's rings use every port of a node (nccl-tests issue 119).
+* ``fsdp``: PyTorch FSDP with FlashAttention (llm-foundry, torchtitan): each layer's all-gather is
+  prefetched during the previous layer's compute and gradients are reduce-scattered during the
+  backward (Zhao et al., "PyTorch FSDP", VLDB 2023, section 3.3.2, backward and forward
+  prefetching), so only what exceeds a micro-batch's compute is exposed, and no less than
+  ``FSDP_EXPOSED_SHARE`` of it; every port of a node; GEMMs at ``FSDP_GEMM_EFFICIENCY`` of the
+  peak, unfused element-wise ops and the fp32 cross-entropy. The three constants are fitted once
+  on the 11 llm-foundry H100 rows of ``datasets/llm_foundry_h100.toml``.
+* ``eager``: eager PyTorch + transformers (a plain training loop, autocast bf16, fused AdamW,
+  sdpa): per-operation dispatch and launch, element-wise ops unfused and norms in fp32 under
+  autocast (``EAGER_BSH_PASSES`` extra fp32 passes over b s h per layer, forward and backward),
+  and the cross-entropy's fp32 logits over b s V (``CE_PASSES``). Fitted once on the three H200
+  runs of ``datasets/h200_eager.toml`` (issue 21), stated there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.errors import require_choice
+from labkit.predict import compute
+
+# eager: fitted once on datasets/h200_eager.toml (TinyLlama-1.1B, Qwen2-1.5B, GPT-2 medium on one H200)
+EAGER_LAUNCH_S = 20e-6  # per op and pass: PyTorch's Python dispatch, autograd bookkeeping and the launch
+EAGER_KERNELS_PER_LAYER = 60  # a transformers decoder layer's ops (norms, rotary, casts, adds, activations, GEMMs)
+EAGER_BSH_PASSES = 80  # 4-byte passes over b s h per layer, forward + backward: unfused ops, norms in fp32
+CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient written and read
+# fsdp: fitted once on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s)
+FSDP_GEMM_EFFICIENCY = 0.60  # nn.Linear under autocast in a sharded model: below the 0.80 of tuned GEMMs
+FSDP_EXPOSED_SHARE = 0.5  # half of the prefetched traffic stays exposed: NCCL's kernels share the SMs and HBM
+FSDP_BSH_PASSES = 20  # unfused element-wise ops (plain torch LayerNorm, GeLU, residual adds)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One framework's kernel and overlap assumptions (module text), with their sources."""
+
+    name: str
+    label: str
+    kernels_per_layer: int
+    launch_s: float
+    aggregate_ports: bool  # a data-parallel group spanning nodes uses min(ports, its GPUs on a node) ports
+    overlap_sharded: bool  # ZeRO-3/FSDP gathers and reduce-scatters hidden behind a micro-batch's compute
+    overlap_dp: bool  # ZeRO-0/1 gradient all-reduce overlapped with the backward (bucketed, as DDP does)
+    bsh_passes: float = 0.0  # extra fp32 passes over b s h per layer (forward + backward)
+    ce_passes: float = 0.0  # fp32 passes over the b s V logits for the cross-entropy
+    gemm_efficiency: float = compute.GEMM_EFFICIENCY  # share of the dense peak the framework's GEMMs reach
+    exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
+    source: str = ""
+
+    @property
+    def launch_per_layer_s(self) -> float:
+        return self.kernels_per_layer * self.launch_s
+
+
+PROFILES = {
+    "megatron-2021": Profile("megatron-2021", "Megatron-LM (Narayanan et al. 2021)", compute.KERNELS_PER_LAYER,
+                             compute.LAUNCH_S, False, False, False,
+                             source="Narayanan et al., SC 2021; one port per GPU fitted on its Table 2"),
+    "megatron-te": Profile("megatron-te", "Megatron-Core + Transformer Engine", compute.KERNELS_PER_LAYER,
+                           compute.LAUNCH_S, True, True, True,
+                           source="Megatron-Core distributed optimizer (overlap-grad-reduce, overlap-param-gather)"),
+    "fsdp": Profile("fsdp", "PyTorch FSDP + FlashAttention", compute.KERNELS_PER_LAYER, compute.LAUNCH_S, True, True,
+                    True, FSDP_BSH_PASSES, CE_PASSES, FSDP_GEMM_EFFICIENCY, FSDP_EXPOSED_SHARE,
+                    source="Zhao et al., VLDB 2023, section 3.3.2 (prefetching); nccl-tests issue 119 (ports); "
+                           "GEMM share, exposed share and passes fitted once on datasets/llm_foundry_h100.toml"),
+    "eager": Profile("eager", "eager PyTorch + transformers", EAGER_KERNELS_PER_LAYER, EAGER_LAUNCH_S, True, False,
+                     True, EAGER_BSH_PASSES, CE_PASSES,
+                     source="fitted once on datasets/h200_eager.toml (three H200 runs, issue 21)"),
+}
+FRAMEWORKS = tuple(PROFILES)
+DEFAULT_FRAMEWORK = "megatron-2021"
+
+
+def profile(name: str) -> Profile:
+    """The profile called ``name`` (one of ``FRAMEWORKS``), else a LabkitError naming them."""
+    return PROFILES[require_choice("framework", name, FRAMEWORKS)]
