@@ -31,6 +31,7 @@ from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.measure import optimizer_bytes, unique_bytes
 from labkit.references import section
 from labkit.rig.model import count_parameters
+from labkit.rig.step import StepHooks, training_step
 
 STATES_AT = ("dram", "ssd")
 ADAM_FLOPS_PER_PARAM = 12  # assumption: moments (4), bias-corrected update (6), weight decay (2)
@@ -239,14 +240,9 @@ def measure_adam(trainer, step: int | None = None) -> MeasuredAdam:
     two moments (12 B/param) and no separate weight copy is written. bf16-mixed
     (``MasterWeightAdamW``): master + moments (12 B/param) and 2-byte weights and gradients.
     """
-    i = trainer.steps_done if step is None else step
-    trainer.model.train()
-    trainer.forward_backward(i)
-    params = list(trainer.model.parameters())
-    grads = unique_bytes(p.grad for p in params)
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
+    params, read = list(trainer.model.parameters()), []
+    training_step(trainer, step, StepHooks(after_backward=lambda _: read.append(unique_bytes(p.grad for p in params))))
+    grads = read[0]
     states, _ = optimizer_bytes(trainer.optimizer)
     n, weights = count_parameters(trainer.model), unique_bytes(params)
     mixed = trainer.cfg.precision == "bf16-mixed"

@@ -17,6 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.measure import ModuleHooks
+from labkit.rig.step import StepHooks, training_step
 
 
 @dataclass(frozen=True)
@@ -117,17 +118,15 @@ def record_trace(trainer, step: int | None = None) -> StepTrace:
     A weight's block is named by its parameter (tied weights are one block); an activation by the
     module that saved it and its block id. FLOPs between two op boundaries belong to the op opened first.
     """
-    i = trainer.steps_done if step is None else step
-    x, y = trainer.data(i)
-    trainer.model.train()
-    rec = _Recorder(trainer.model, (x, y))
-    with rec:
-        _, loss = trainer.model(x, y)
-        loss.backward()
-        total = rec.counter.get_total_flops()
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.steps_done = i + 1
+    recs: list[_Recorder] = []
+
+    def record(batch) -> _Recorder:
+        recs.append(_Recorder(trainer.model, tuple(batch)))
+        return recs[0]
+
+    training_step(trainer, step, StepHooks(around=record))
+    rec = recs[0]
+    total = rec.counter.get_total_flops()
     ops = []
     for k, (phase, module, start, reads, writes) in enumerate(rec.ops):
         end = rec.ops[k + 1][2] if k + 1 < len(rec.ops) else total

@@ -52,6 +52,7 @@ from labkit import dist as labdist
 from labkit.errors import LabkitError, require_choice, require_divides, require_positive
 from labkit.rig.data import batches, vocab_size
 from labkit.rig.model import GPTConfig, TinyGPT, config_from
+from labkit.rig.step import optimizer_step
 from labkit.sim import schedule
 
 STASH_MODES = ("pipedream", "2bw", "none")
@@ -239,8 +240,7 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
             versions[newest] = _Version(fresh)
         for t, gr in zip(versions[newest].tensors, pending_now, strict=True):
             t.grad = gr * scale
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(opt)
         updates += 1
 
     order = schedule("1f1b", p, minibatches)[rank]

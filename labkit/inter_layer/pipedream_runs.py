@@ -28,6 +28,7 @@ from labkit.inter_layer.pipedream import (
     train_pipedream,
 )
 from labkit.rig.data import batches
+from labkit.rig.step import Loop, training_step
 
 
 def train_stash_modes(rank: int, world_size: int, modes: list[str], **kwargs: Any) -> dict[str, dict[str, Any]]:
@@ -66,14 +67,8 @@ def synchronous_1f1b_losses(minibatches: int, model: dict[str, Any] | None = Non
     cfg = model_config(model)
     net = build_stage(cfg, seed, 0, 1)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0, foreach=False)
-    data, losses = batches(batch_size, cfg.seq_len, seed), []
-    for i in range(minibatches):
-        loss = net(*data(i))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return losses
+    loop = Loop(net, opt, batches(batch_size, cfg.seq_len, seed), loss=lambda m, batch: m(*batch))
+    return [training_step(loop, i) for i in range(minibatches)]
 
 
 def train_grid(rank: int, world_size: int, runs: list[dict[str, Any]], **kwargs: Any) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ from labkit import dist as ldist
 from labkit.errors import require_divides, require_positive
 from labkit.rig.data import batches, vocab_size
 from labkit.rig.model import GPTConfig, TinyGPT, config_from
+from labkit.rig.step import Loop, optimizer_step, training_step
 from labkit.sim import Action, Event, Timeline, bubble_fraction, schedule
 
 DEFAULT_MODEL: dict[str, Any] = {"seq_len": 32, "n_layer": 4, "n_head": 2, "d_model": 32, "dropout": 0.0}
@@ -224,8 +225,7 @@ def train_pipeline(rank: int, world_size: int, kind: str = "1f1b", microbatches:
         rec.begin_step(step, (x, y))
         mb_losses: list[torch.Tensor] = []
         sched.step(*((x,) if first else ()), **({"target": y, "losses": mb_losses} if last else {}))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        optimizer_step(opt)
         peaks.append(rec.peak)
         held_after.append(rec.live)  # 0 when backward released every saved tensor
         if last:
@@ -356,14 +356,8 @@ def single_process_losses(steps: int = 2, model: dict[str, Any] | None = None, b
     require_positive("steps", steps)
     gpt = build_model(model_config(model), seed)
     opt = torch.optim.AdamW(gpt.parameters(), lr=lr, weight_decay=0.0, foreach=False)
-    data, out = batches(batch_size, gpt.cfg.seq_len, seed), []
-    for step in range(steps):
-        _, loss = gpt(*data(step))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        out.append(loss.item())
-    return out
+    loop = Loop(gpt, opt, batches(batch_size, gpt.cfg.seq_len, seed))
+    return [training_step(loop, step) for step in range(steps)]
 
 
 if __name__ == "__main__":  # torchrun --nproc-per-node P -m labkit.inter_layer.pipeline --schedule 1f1b ...

@@ -46,6 +46,7 @@ from labkit.measure import unique_bytes
 from labkit.predict.estimate import model_state_bytes, zero_communication_elements
 from labkit.rig.data import batches
 from labkit.rig.model import GPTConfig, TinyGPT, config_from, count_parameters
+from labkit.rig.step import Loop, training_step
 from labkit.rig.train import TrainConfig, Trainer
 
 STRATEGIES = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -211,18 +212,15 @@ def train_rank(rank: int, world_size: int, strategy: str = "zero3", steps: int =
     psi = count_parameters(net)
     module, optimizer, extra = _engine(strategy, net, rank, world_size)
     data, local = batches(batch_size, cfg.seq_len, seed), batch_size // world_size
+    loop = Loop(module, optimizer, lambda i: tuple(t[rank * local : (rank + 1) * local] for t in data(i)))
     losses, comm, profiled = [], [], {}
     for i in range(steps):
-        x, y = (t[rank * local : (rank + 1) * local] for t in data(i))
         prof = torch.profiler.profile(record_shapes=True) if crosscheck and i == steps - 1 else None
         with CollectiveCounter() as counter, prof or nullcontext():
-            optimizer.zero_grad(set_to_none=True)
-            _, loss = module(x, y)
-            loss.backward()
-            optimizer.step()
+            loss = training_step(loop, i, keep_grads=True)  # the last gradients stay: held_bytes counts them
         comm.append({k: dict(v) for k, v in sorted(counter.counts.items())})
         profiled = profiled_collectives(prof, world_size) if prof else profiled
-        losses.append(loss.detach())
+        losses.append(torch.tensor(loss))
     mean = torch.stack(losses)
     dist.all_reduce(mean)  # after the counted steps: only to report the global-batch loss
     held = held_bytes(net, optimizer, extra)

@@ -33,7 +33,9 @@ from __future__ import annotations
 import argparse
 import warnings
 from collections import defaultdict
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -58,6 +60,7 @@ from labkit.measure import ModuleHooks, SavedTensor
 from labkit.predict.estimate import activation_bytes_per_layer
 from labkit.rig.data import batches
 from labkit.rig.model import GPTConfig, SelfAttention, TinyGPT, config_from
+from labkit.rig.step import Loop, StepHooks, forward_backward, optimizer_step, training_step
 from labkit.shapes import ModelShape
 
 MODEL = {"vocab_size": 64, "seq_len": 64, "n_layer": 2, "n_head": 4, "d_model": 32, "dropout": 0.0}
@@ -256,19 +259,32 @@ def train_tp(rank: int, world_size: int, sp: bool = False, model: dict | None = 
     mesh = init_device_mesh("cpu", (t,))
     net = build(cfg, mesh, sp, seed)
     opt = torch.optim.SGD(net.parameters(), lr=LR)
-    data, losses = batches(batch_size, cfg.seq_len, seed), []
+    losses, seen = [], {}
+    loop = Loop(net, opt, batches(batch_size, cfg.seq_len, seed), loss=partial(_logits_and_loss, seen))
     param_bytes = sum({_key(p): _local(p).untyped_storage().nbytes() for p in net.parameters()}.values())
+
+    def counted(_batch) -> ExitStack:  # forward and backward: collectives counted two ways, the loss parallel
+        stack = ExitStack()
+        seen["debug"], seen["counter"] = stack.enter_context(CommDebugMode()), stack.enter_context(CollectiveCounter())
+        stack.enter_context(loss_parallel())
+        return stack
+
+    def saving(batch) -> SavedBytes:
+        seen["saved"] = SavedBytes(net, tuple(batch), mesh, SAVED_SHARDS if sp else ())
+        return seen["saved"]
+
+    def stepping() -> CollectiveCounter:
+        seen["stepped"] = CollectiveCounter()
+        return seen["stepped"]
+
+    hooks = StepHooks(around=counted, forward=saving, optimizer=stepping)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook is firing")  # CommDebugMode's module tracker
         for i in range(steps):
-            x, y = data(i)
             opt.zero_grad(set_to_none=True)
-            with CommDebugMode() as debug, CollectiveCounter() as counter, loss_parallel():
-                with SavedBytes(net, (x, y), mesh, SAVED_SHARDS if sp else ()) as saved:
-                    logits, loss = net(x, y)
-                loss.backward()
-            with CollectiveCounter() as stepped:
-                opt.step()
+            loss = forward_backward(loop, i, hooks)
+            optimizer_step(opt, hooks, zero_grad=False)  # SGD leaves the last gradients in place
+            saved, counter, debug, stepped = seen["saved"], seen["counter"], seen["debug"], seen["stepped"]
             if i == 0:
                 layers = saved.by_layer(cfg.n_layer)
                 first = ([sum(d.values()) for d in layers], layers[0], counter.table(),
@@ -277,7 +293,14 @@ def train_tp(rank: int, world_size: int, sp: bool = False, model: dict | None = 
     grads = {n: _full(p.grad) for n, p in net.named_parameters()}  # SGD leaves the last gradients in place
     back = torch.argsort(qkv_rows(cfg.d_model, t))
     grads |= {n: g[back] for n, g in grads.items() if ".c_attn." in n}
-    return asdict(RankResult(rank, t, sp, asdict(cfg), batch_size, param_bytes, *first, losses, _full(logits), grads))
+    return asdict(RankResult(rank, t, sp, asdict(cfg), batch_size, param_bytes, *first, losses, _full(seen["logits"]),
+                             grads))
+
+
+def _logits_and_loss(seen: dict, model: nn.Module, batch) -> torch.Tensor:
+    """The tiny GPT's loss, its logits kept in ``seen`` (the last step's are compared across ranks)."""
+    seen["logits"], loss = model(*batch)
+    return loss
 
 
 def train_jobs(rank: int, world_size: int, jobs: tuple[dict, ...]) -> list[dict]:
@@ -304,14 +327,12 @@ def single_process(model: dict | None = None, batch_size: int = 2, seed: int = 0
     cfg = model_config(model)
     torch.manual_seed(seed)
     net = TinyGPT(cfg)
-    opt, data, losses = torch.optim.SGD(net.parameters(), lr=LR), batches(batch_size, cfg.seq_len, seed), []
-    for i in range(steps):
-        opt.zero_grad(set_to_none=True)
-        logits, loss = net(*data(i))
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return {"losses": losses, "logits": logits.detach(), "grads": {n: p.grad for n, p in net.named_parameters()}}
+    seen: dict = {}
+    loop = Loop(net, torch.optim.SGD(net.parameters(), lr=LR), batches(batch_size, cfg.seq_len, seed),
+                loss=partial(_logits_and_loss, seen))
+    losses = [training_step(loop, i, keep_grads=True) for i in range(steps)]
+    grads = {n: p.grad for n, p in net.named_parameters()}
+    return {"losses": losses, "logits": seen["logits"].detach(), "grads": grads}
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from labkit.offload.disk.bandwidth import DiskBandwidth, measure_disk
 from labkit.offload.disk.store import DiskStore
 from labkit.predict.offload_model import ZERO_INFINITY, ZERO_INFINITY_LAB
 from labkit.rig.model import count_parameters
+from labkit.rig.step import optimizer_step
 from labkit.rig.train import TrainConfig, Trainer
 
 STATE_KINDS = ("master", "exp_avg", "exp_avg_sq")
@@ -150,7 +151,7 @@ class ZeroInfinityTrainer:
         for p, m, a, s in zip(g.params, mv, av, sv, strict=True):
             m.grad = None if p.grad is None else p.grad.float()
             opt.state[m] = {"step": torch.tensor(float(g.step)), "exp_avg": a, "exp_avg_sq": s}
-        opt.step()
+        optimizer_step(opt, zero_grad=False)
         g.step += 1
         for kind, flat in zip(STATE_KINDS, (master, exp_avg, exp_avg_sq), strict=True):
             self._write_back(f"{g.name}.{kind}", flat)

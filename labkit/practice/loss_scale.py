@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labkit.practice.coding import Case, CodingExercise, attempt, register
+from labkit.rig.step import optimizer_step
 
 PATTERNS = (
     ("no overflow, growth interval 3", (False,) * 8, 3),
@@ -34,9 +35,7 @@ def torch_scales(overflows: tuple[bool, ...], interval: int, init: float = 2.0**
         scaler.scale(p.sum()).backward()
         if inf:
             p.grad[0] = float("inf")
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad()
+        optimizer_step(opt, scaler=scaler)
         out.append(float(scaler.get_scale()))
     return out
 

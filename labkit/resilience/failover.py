@@ -35,6 +35,7 @@ from labkit import dist as ldist
 from labkit.errors import LabkitError, require_choice, require_divides, require_positive
 from labkit.rig.data import batches, vocab_size
 from labkit.rig.model import GPTConfig, TinyGPT, config_from
+from labkit.rig.step import optimizer_step
 
 FAIL_MODEL: dict[str, Any] = {"seq_len": 16, "n_layer": 2, "n_head": 2, "d_model": 32, "dropout": 0.0}
 LR = 3e-3
@@ -177,8 +178,7 @@ def failover_worker(rank: int, world_size: int, steps: int = 6, kill_step: int |
         if loss is None:
             loss = _local_step(stages[0], stages[1], x, y, microbatches)
         for o in opts:
-            o.step()
-            o.zero_grad(set_to_none=True)
+            optimizer_step(o)
         out["losses"].append(loss)
         out["modes"].append("pipeline + RC" if out["failed_at"] is None else "alone (failover)")
         out["step_s"].append(time.perf_counter() - t0)
@@ -198,8 +198,7 @@ def reference_run(steps: int = 6, microbatches: int = 2, model: dict[str, Any] |
         for step in range(steps):
             losses.append(_local_step(stages[0], stages[1], *data(step), microbatches))
             for o in opts:
-                o.step()
-                o.zero_grad(set_to_none=True)
+                optimizer_step(o)
     finally:
         torch.set_num_threads(threads)
     return losses, {f"stage{k}.{n}": t.detach().clone() for k, s in enumerate(stages) for n, t in s.named_parameters()}

@@ -44,6 +44,7 @@ class StepHooks:
     after_forward: Callable[[torch.Tensor], None] | None = None
     after_backward: Callable[[torch.Tensor], None] | None = None
     after_optimizer: Callable[[], None] | None = None
+    optimizer: Callable[[], AbstractContextManager] | None = None
 
 
 NO_HOOKS = StepHooks()
@@ -55,8 +56,8 @@ def loss_of(trainer, batch: Batch) -> torch.Tensor:
     return compute(batch) if compute is not None else trainer.model(*batch)[1]
 
 
-def _context(make: Callable[..., AbstractContextManager] | None, arg: object) -> AbstractContextManager:
-    return make(arg) if make is not None else nullcontext()
+def _context(make: Callable[..., AbstractContextManager] | None, *arg: object) -> AbstractContextManager:
+    return make(*arg) if make is not None else nullcontext()
 
 
 def _phase(hooks: StepHooks, name: str) -> None:
@@ -84,20 +85,55 @@ def forward_backward(trainer, step: int, hooks: StepHooks = NO_HOOKS) -> torch.T
     return loss
 
 
-def training_step(trainer, step: int | None = None, hooks: StepHooks = NO_HOOKS) -> float:
+def optimizer_step(optimizer, hooks: StepHooks = NO_HOOKS, zero_grad: bool = True, scaler=None) -> None:
+    """The step's second half: the optimizer's step (through ``scaler``, a ``GradScaler``, when given), then
+    ``zero_grad``. Engines that run forward and backward themselves (a pipeline schedule, a layer-streaming
+    offload) call it directly; ``zero_grad=False`` leaves the gradients for the caller to read."""
+    _phase(hooks, "optimizer")
+    with _context(hooks.optimizer):
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+    if zero_grad:
+        optimizer.zero_grad(set_to_none=True)
+    if hooks.after_optimizer is not None:
+        hooks.after_optimizer()
+
+
+def training_step(trainer, step: int | None = None, hooks: StepHooks = NO_HOOKS, keep_grads: bool = False) -> float:
     """One full step on batch ``step`` (default: the trainer's next): forward, backward, update, zero_grad.
 
     Returns the loss. The loss tensor is released before the optimizer step, so a tracker of the
     whole step sees only what the update needs; ``steps_done`` advances as after ``Trainer.step``.
+    ``keep_grads`` zeroes the gradients before forward instead of after the update, so that they
+    can be read after the step (an engine's held bytes, a reference's gradients).
     """
     i = trainer.steps_done if step is None else step
+    if keep_grads:
+        trainer.optimizer.zero_grad(set_to_none=True)
     loss = forward_backward(trainer, i, hooks)
     value = loss.item()
     del loss
-    _phase(hooks, "optimizer")
-    trainer.optimizer.step()
-    trainer.optimizer.zero_grad(set_to_none=True)
+    optimizer_step(trainer.optimizer, hooks, zero_grad=not keep_grads)
     trainer.steps_done = i + 1
-    if hooks.after_optimizer is not None:
-        hooks.after_optimizer()
     return value
+
+
+@dataclass
+class Loop:
+    """The smallest trainer ``training_step`` runs: a model, its optimizer and a batch function.
+
+    For the reference runs of the engines (one process, one model); ``loss(model, batch)`` defaults
+    to the tiny GPT's ``model(*batch)[1]``.
+    """
+
+    model: torch.nn.Module
+    optimizer: Any
+    data: Callable[[int], Batch]
+    loss: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None
+    steps_done: int = 0
+
+    def compute_loss(self, batch: Batch) -> torch.Tensor:
+        return self.loss(self.model, batch) if self.loss is not None else self.model(*batch)[1]
