@@ -5,8 +5,8 @@ so the optimizer states exist, measures one step (bytes by category and by layer
 and its whole-step peak (``labkit.measure.peak``; on CUDA with the caching allocator's reserve), and puts
 each number beside what labkit predicts: ZeRO's model states and, for the activations, Korthikanti
 et al.'s terms for the tiny GPT or ``labkit.predict.activation_options`` for a transformers model. The
-predicted peak (``predicted_step_peak``) leaves out the temporaries of backward and of the optimizer
-step, which the measured peak includes: it is a lower bound.
+predicted peak and its phase come from ``labkit.predict.step_peak``: forward's end, backward's worst
+moment and the optimizer step, temporaries included, term by term.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def format_report(r: OwnModelReport) -> str:
     rows.append(["whole-step peak", f"{pk['measured']:,}", "-" if pk["predicted"] is None else
                  f"{pk['predicted']:,.0f}", _ratio(pk["measured"], pk["predicted"])])
     lines += ["", text_table(["bytes", "measured", "predicted", "measured/predicted"], rows)]
-    lines.append(f"peak in the {pk['phase']} phase; predicted: the larger of forward's end and the optimizer "
-                 "step, without temporaries (a lower bound)")
+    lines.append(f"peak in the {pk['phase']} phase" + ("" if pk["predicted"] is None else
+                 f"; predicted in the {pk['predicted_phase']} phase (labkit.predict.step_peak, temporaries included)"))
     if pk["reserved"] is not None:
         lines.append(f"caching allocator reserved {pk['reserved']:,} B at most: {pk['allocator_reserve']:,} B "
                      "beyond the allocated peak")
@@ -89,6 +89,7 @@ class _OnDevice:
 def _tiny(batch: int, seq: int, precision: str, attention: str, device: str):
     from labkit.measure.compare import setup_for
     from labkit.predict.estimate import estimate_memory
+    from labkit.predict.step_inputs import setup_step_shape
     from labkit.rig.data import vocab_size
     from labkit.rig.model import GPTConfig
     from labkit.rig.train import TrainConfig, Trainer
@@ -108,12 +109,14 @@ def _tiny(batch: int, seq: int, precision: str, attention: str, device: str):
     est = estimate_memory(setup)
     outside = est.per_device_bytes["activations"] - est.activations_per_layer_bytes * cfg.n_layer
     assumes = f"Korthikanti et al.'s terms, {cfg.attention} attention, 1-byte dropout masks"
-    return "tiny-gpt", trainer, est.params, est.activations_per_layer_bytes, outside, assumes
+    step = setup_step_shape(setup, torch.device(device).type, "lab", _cuda_major(device), shifted_labels=False)
+    return "tiny-gpt", trainer, est.params, est.activations_per_layer_bytes, outside, assumes, step
 
 
 def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str, cache: bool,
         dropout: float | None, device: str, layers: int | None = None):
     from labkit.predict.activation_options import ActivationOptions, activation_bytes_hf
+    from labkit.predict.step_inputs import hf_step_shape
     from labkit.rig.train import Trainer
     from labkit.shapes.hf_config import HFModel, from_config, resolve
     from labkit.shapes.hf_models import build_model
@@ -129,30 +132,29 @@ def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str
     ids = torch.randint(0, spec.shape.vocab, (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
     trainer = Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision)
     if precision == "bf16-autocast":  # not claimed: autocast keeps fp32 and bf16 copies the options do not name
-        return spec.shape.name, trainer, spec.shape.params, None, None, "no activation prediction in bf16-autocast"
+        return (spec.shape.name, trainer, spec.shape.params, None, None, "no activation prediction in bf16-autocast",
+                None)
     e = 4 if precision == "fp32" else 2
     mask = 1 if torch.device(device).type == "cuda" else None
     opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, mask_bytes=mask, dropout=dropout)
     per_layer, outside = activation_bytes_hf(spec.shape, seq, batch, opt, e)
     assumes = (f"{opt.attention} attention, {opt.activation}, {opt.norm}, cache {'on' if opt.cache else 'off'}, "
                + (f"{opt.mask_bytes}-byte dropout masks" if opt.mask_bytes else "no dropout"))
-    return spec.shape.name, trainer, spec.shape.params, per_layer, outside, assumes
+    step = hf_step_shape(spec, batch, seq, precision, attention, cache, dropout, torch.device(device).type, "lab",
+                         _cuda_major(device))
+    return spec.shape.name, trainer, spec.shape.params, per_layer, outside, assumes, step
 
 
-def predicted_step_peak(states: dict[str, float], activations: float, params: int, precision: str) -> float:
-    """The larger of the two moments a step must fit: the end of forward (parameters, optimizer states and
-    every saved activation; gradients are freed by ``zero_grad(set_to_none=True)``) and the optimizer step
-    (parameters, gradients, optimizer states and, in bf16-mixed, the fp32 copies of all gradients that
-    ``MasterWeightAdamW`` makes, 4 bytes per parameter). A lower bound: backward's temporaries (the logits'
-    gradient, say) and AdamW's per-tensor temporaries are left out."""
-    forward_end = states["parameters"] + states["optimizer"] + activations
-    optimizer_step = sum(states.values()) + (4 * params if precision == "bf16-mixed" else 0)
-    return max(forward_end, optimizer_step)
+def _cuda_major(device: str) -> int:
+    """The compute capability's major version of a CUDA device (sets cuBLAS's workspace), 0 on the CPU."""
+    dev = torch.device(device)
+    return torch.cuda.get_device_capability(dev)[0] if dev.type == "cuda" else 0
 
 
 def build_trainer(config: str | Path | None, batch: int, seq: int, precision: str, attention: str, cache: bool,
                   dropout: float | None, device: str, layers: int | None = None):
-    """(name, trainer, parameters, predicted bytes per layer and outside the layers, what the prediction assumes)."""
+    """(name, trainer, parameters, predicted bytes per layer and outside the layers, what the prediction assumes,
+    the ``StepShape`` the peak is predicted from, or None)."""
     if config is None:
         if layers is not None:
             raise LabkitError("layers applies to a --hf-config model, not to the tiny GPT")
@@ -167,6 +169,7 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
     """One measured step of ``config`` beside labkit's prediction: a config.json path, a shipped name, an
     ``HFModel`` (``labkit.shapes.hf_models.small_spec``), or None for the tiny GPT."""
     from labkit.measure import measure_step, whole_step_peak
+    from labkit.predict.step_peak import step_peak
 
     require_positive("batch", batch)
     require_positive("seq", seq)
@@ -176,8 +179,8 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
     require_choice("device", device, ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     say = progress or (lambda _: None)
     say("building the model")
-    name, trainer, params, per_layer, outside, assumes = build_trainer(config, batch, seq, precision, attention,
-                                                                       cache, dropout, device, layers)
+    name, trainer, params, per_layer, outside, assumes, step_shape = build_trainer(
+        config, batch, seq, precision, attention, cache, dropout, device, layers)
     say("warm-up step (creates the optimizer states)")
     trainer.step()
     say("measuring one step")
@@ -191,9 +194,11 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
                   "gradients": (step.gradients, states["gradients"]),
                   "optimizer states": (step.optimizer, states["optimizer"]),
                   "activations": (step.activations, acts)}
-    predicted_peak = None if acts is None else predicted_step_peak(states, acts, params, precision)
-    peak_info = {"measured": peak.peak, "phase": peak.phase, "predicted": predicted_peak, "device": peak.device,
-                 "reserved": peak.reserved, "allocator_reserve": peak.allocator_reserve}
+    predicted = None if step_shape is None else step_peak(step_shape)
+    peak_info = {"measured": peak.peak, "phase": peak.phase, "predicted": predicted and predicted.peak,
+                 "predicted_phase": predicted and predicted.phase, "device": peak.device,
+                 "reserved": peak.reserved, "allocator_reserve": peak.allocator_reserve,
+                 "by_phase": {"measured": dict(peak.by_phase), "predicted": predicted and predicted.by_phase}}
     setup = {"batch": batch, "seq": seq, "precision": precision, "attention": attention, "cache": cache,
              "device": device, "blocks": trainer.blocks, "activations assume": assumes}
     return OwnModelReport(name, params, setup, categories, [(m, per_layer) for m in layers],

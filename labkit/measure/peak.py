@@ -96,13 +96,23 @@ class LiveBytes(TorchDispatchMode):
 
     def __init__(self, start: list[torch.Tensor], device: torch.device, ignore: tuple[torch.Tensor, ...] = ()) -> None:
         super().__init__()
-        self.device, self.current, self.peak, self.phase, self.peak_phase = device, 0, 0, "before", "before"
+        self.device, self.current, self.peak, self._phase, self.peak_phase = device, 0, 0, "before", "before"
         self._refs: dict[int, weakref.ref] = {}
         self._ignore = {_storage_key(t) for t in ignore}
         self.by_phase: dict[str, int] = {}
         for t in start:
             self._add(t)
         self.start = self.peak = self.current
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        """A phase that allocates nothing (a fused optimizer step) still has a peak: what it began with."""
+        self._phase = name
+        self.by_phase[name] = max(self.by_phase.get(name, 0), self.current)
 
     def _freed(self, key: int, nbytes: int, ref) -> None:
         if self._refs.get(key) is ref:

@@ -57,15 +57,18 @@
 #
 # * A **prediction** is a variable you set before a reveal cell runs (`predicted_... = None`); the reveal
 #   says right or wrong and by how much. Counts are judged exactly, other quantities within a stated
-#   tolerance. If you change a guess after its reveal, the reveal says so.
+#   tolerance. The guess in force when its reveal first runs is the one scored: a reveal run with no
+#   guess (as "Run All" does) shows no answer and records "no guess", and a guess changed after its
+#   reveal is shown and recorded as "after reveal". To skip one, run `checks.predict(id, checks.PASS)`.
 # * A **self-check** (`checks.check("01.zero_stage", answer)`) compares your number with labkit's own
 #   model. A wrong answer is diagnosed (a unit slip such as bytes for GB, percent for fraction, bits for
 #   bytes, GiB for GB; or the exercise's own likely mistakes, such as a forgotten term) and gets one more
 #   hint step per try, the last being the worked answer.
-# * **Collecting answers.** Every check and reveal in a kernel is recorded. At the end of a notebook a
-#   student runs `checks.export_answers("answers-01.json", student="name")`, which writes each try in
-#   order with its verdict and diagnosis, plus a summary (answered, right). An instructor collects the
-#   files; they are plain JSON.
+# * **Collecting answers.** Every check and reveal is appended as it happens to `labkit-journal.jsonl`
+#   beside the notebook (a kernel restart loses nothing). At the end of a notebook a student runs
+#   `checks.export_answers("answers-01.json", student="name", notebook="01")`, which writes each try in
+#   order with its verdict and diagnosis, plus a summary scored by the committed guesses and by "ever
+#   right" and tries. An instructor gathers a class's files with `python -m labkit.course collect DIR`.
 #
 # The exercises each notebook registers, counted from the lab itself (look-up self-checks, exercises
 # that need two results put together, and coding exercises):

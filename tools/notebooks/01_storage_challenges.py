@@ -456,8 +456,10 @@ print(report)
 # layer, follow the estimate once it knows how this model is written: grouped-query
 # attention (2 key/value heads for 4 query heads), a SwiGLU MLP, and transformers' RMSNorm,
 # which works in fp32 even in a bf16 model. The whole-step peak is **measured** over the
-# forward pass, the backward pass and the optimizer step; its prediction leaves out
-# temporaries, so it is a lower bound.
+# forward pass, the backward pass and the optimizer step; its prediction
+# (`labkit.predict.step_peak`) adds the temporaries to the model states and activations (the
+# loss's fp32 logits and their gradients, AdamW's per-tensor scratch) and names the phase
+# where the peak falls.
 #
 # **Point the lab at a real model.** A transformers-style `config.json` is enough: labkit
 # reads it offline (GPT-2, Llama, Mistral and Qwen2 families) and gives the shape the
@@ -545,7 +547,7 @@ def state_bytes(n_params, precision):
 practice.check_code("01.code.state_bytes", state_bytes)
 
 # %% [markdown]
-# **Handing in.** Your answers, committed predictions and check results of this session
-# are kept as you go. To hand them to your instructor, run
-# `checks.export_answers("answers-01.json", student="your name")` in a new cell: it
-# writes them, every try in order with its verdict, to that JSON file.
+# **Handing in.** Every answer, committed prediction and check result is appended as you go to
+# `labkit-journal.jsonl` beside this notebook, so a kernel restart loses nothing. To hand them in,
+# run `checks.export_answers("answers-01.json", student="your name", notebook="01")` in a new
+# cell: it writes every try in order with its verdict, and a summary scored by your committed guesses.
