@@ -59,3 +59,79 @@ def test_answers_are_exported_with_verdicts(tmp_path):
         checks.export_answers(tmp_path / "a.txt")
     with pytest.raises(LabkitError, match="path must be in an existing folder"):
         checks.export_answers(tmp_path / "nowhere" / "a.json")
+
+
+def test_copies_carry_their_version_and_no_widget_state(tmp_path):
+    copies.make_student_copies(LABS, tmp_path)
+    for nb in tmp_path.glob("*.ipynb"):
+        data = json.loads(nb.read_text())
+        assert "widgets" not in data["metadata"] and data["metadata"]["labkit"]["notebook"] == nb.name[:2]
+        assert data["metadata"]["labkit"]["version"] == copies.version_of(json.loads((LABS / nb.name).read_text()))
+
+
+def test_update_writes_a_new_version_beside_the_students_work(tmp_path):
+    src, dst = tmp_path / "labs", tmp_path / "mine"
+    src.mkdir()
+    original = json.loads((LABS / "07_cost_and_green_storage.ipynb").read_text())
+    (src / "07_cost_and_green_storage.ipynb").write_text(json.dumps(original))
+    copies.make_student_copies(src, dst)
+    mine = dst / "07_cost_and_green_storage.ipynb"
+    mine.write_text(mine.read_text().replace("import", "import  ", 1))  # the student's work
+    assert not copies.make_student_copies(src, dst, update=True).updated  # same version: nothing to add
+    original["cells"][0]["source"] = "# a fixed first cell"
+    (src / "07_cost_and_green_storage.ipynb").write_text(json.dumps(original))
+    made = copies.make_student_copies(src, dst, update=True)
+    assert len(made.updated) == 1 and "import  " in mine.read_text()
+    beside = json.loads((dst / made.updated[0]).read_text())
+    assert beside["cells"][0]["source"] == "# a fixed first cell" and made.updated[0].startswith("07_cost")
+
+
+def test_release_has_no_output_no_widget_state_and_no_key(tmp_path):
+    from labkit.course.release import make_release
+
+    rel = make_release(tmp_path / "dist")
+    assert "instructor/key.py" not in rel.files and not any(f.startswith(("instructor", "tests")) for f in rel.files)
+    assert "labkit/teach/journal.py" in rel.files and "datasets/hardware.toml" in rel.files
+    for name in rel.notebooks:
+        data = json.loads((tmp_path / "dist" / "labs" / name).read_text())
+        assert "widgets" not in data["metadata"]
+        assert all(not c.get("outputs") and "widgets" not in c.get("metadata", {}) for c in data["cells"])
+    with pytest.raises(LabkitError, match="dst must be a new or empty folder"):
+        make_release(tmp_path / "dist")
+
+
+def test_course_commands_name_a_bad_path_in_one_line(tmp_path):
+    env = os.environ | {"PYTHONPATH": str(LABS.parent)}
+    for args in (["collect", str(tmp_path / "nowhere")], ["release", str(LABS)], ["key", "--out", "/no/dir/k.md"]):
+        out = subprocess.run([sys.executable, "-m", "labkit.course", *args], capture_output=True, text=True, env=env)
+        assert out.returncode == 2 and out.stderr.startswith("labkit: error:") and len(out.stderr.splitlines()) == 1
+
+
+def test_the_key_answers_every_exercise_and_prediction(tmp_path):
+    from labkit.course.key import answer_key
+    from labkit.course.regrade import _exercises
+    from labkit.teach.predictions import PREDICTIONS
+
+    (tmp_path / "p.json").write_text(json.dumps({"01.predict.largest_category": "activations"}))
+    text = answer_key(designs=False, answers=tmp_path / "p.json")
+    assert all(f"- {k}: " in text for k in _exercises()) and all(f"- {k} (" in text for k in PREDICTIONS)
+    assert "01.predict.largest_category (choice): the largest category of the tiny GPT's training-step memory: " \
+           '"activations"' in text
+    assert "- 01.design:" in text and "- 09.code.states_per_gpu:" in text
+
+
+def test_cell_ids_are_stable_across_builds():
+    sys.path.insert(0, str(LABS.parent / "tools"))
+    import build_notebooks
+
+    for src in sorted((LABS.parent / "tools" / "notebooks").glob("*.py")):
+        a, b = (build_notebooks.parse(src.read_text(), src.stem) for _ in range(2))
+        ids = [c.id for c in a.cells]
+        assert ids == [c.id for c in b.cells] and len(set(ids)) == len(ids) and ids[0].startswith(src.name[:2])
+
+
+def test_requires_python_admits_311_to_313():
+    import tomllib
+
+    spec = tomllib.loads((LABS.parent / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert spec == ">=3.11,<3.14"

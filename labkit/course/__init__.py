@@ -6,8 +6,11 @@ no prediction is answered on screen before the student runs the cell; copies are
 once and never overwritten, so a student's work survives ``make lab`` being run again.
 
     python -m labkit.course copies [--src labs] [--dst my-labs]   # what `make lab` runs first
+    python -m labkit.course release DIR | collect DIR | key | update
 
-The top of the teaching layer: ``copies`` (the student copies), ``guide`` (notebook 00's
-tables), ``__main__`` (the command line). The answers a student gives are kept by
-:mod:`labkit.teach.journal`, below every check that records them.
+The top of the teaching layer: ``copies`` (versioned student copies), ``release`` (a student
+distribution), ``collect`` with ``regrade`` and ``sandbox`` (a class's hand-ins re-graded),
+``key`` (the answer key), ``guide`` (notebook 00's tables), ``__main__`` (the command line).
+The answers a student gives are kept by :mod:`labkit.teach.journal`, below every check that
+records them, and handed in through :mod:`labkit.teach.handin`.
 """

@@ -14,6 +14,8 @@ Ids read ``NN.predict.name``; the question text is what the instructor's key pri
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 from labkit.errors import require_choice
@@ -167,6 +169,21 @@ def malformed(kind: str, guess: object) -> str:
     elif kind == "choice" and not isinstance(guess, str):
         return f"the guess must be a name, in quotes (got {guess!r})"
     return ""
+
+
+SINK = "LABKIT_ANSWER_SINK"
+
+
+def answer_for_key(key: str | None, truth: object) -> None:
+    """When ``$LABKIT_ANSWER_SINK`` names a file (the instructor's build), append the revealed value to it.
+
+    This is how the answer key learns what each solved notebook measured; a student's kernel
+    never has the variable set, and the student's journal never holds an unrevealed answer.
+    """
+    target = os.environ.get(SINK)
+    if key and target:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"key": key, "answer": journal.jsonable(truth)}) + "\n")
 
 
 def notebook_keys(notebook: str) -> list[str]:

@@ -14,7 +14,7 @@ from labkit.errors import LabkitError
 from labkit.teach import journal
 from labkit.teach.diagnose import diagnose, same_text
 from labkit.teach.feedback import Feedback
-from labkit.teach.predictions import NO_GUESS, PASS, commit, predict, registered, state
+from labkit.teach.predictions import NO_GUESS, PASS, answer_for_key, commit, predict, registered, state
 
 DEFAULT_REL_TOL = 0.10
 _YES = {"yes", "y", "true", "t", "1"}
@@ -84,6 +84,7 @@ def reveal(prediction: str | None, measured: dict[str, float], question: str = "
     largest = max(measured, key=measured.get)
     share = measured[largest] / sum(measured.values())
     answer = f"The {question} is {largest}, {100 * share:.0f}% of the total."
+    answer_for_key(key, largest)
     prediction, passed = _gate(key, prediction, "choice")
     if prediction is None:
         return Feedback(False, f"You passed: no guess. {answer}") if passed else _refused(key, question)
@@ -115,6 +116,7 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         return f"{text} {unit}" if unit else text
 
     rule = "counts are judged exactly" if exact else f"tolerance {100 * tol:.0f}%"
+    answer_for_key(key, value)
     guess, passed = _gate(key, guess, "number")
     if guess is None:
         return Feedback(False, f"You passed: no guess. {what}: {shown(same_text(value, value)[0])}.") if passed \
@@ -150,6 +152,7 @@ def _as_bool(guess: object) -> bool | None:
 
 def reveal_claims(guesses: dict[str, object], truths: dict[str, bool], *, key: str | None = None) -> Feedback:
     """Compare yes/no guesses (True/False or "yes"/"no") with what the model says; right when every guess is."""
+    answer_for_key(key, {k: bool(v) for k, v in truths.items()})
     given, passed = _gate(key, guesses, "claims")
     given = given if isinstance(given, dict) else {}
     bad = [k for k, v in given.items() if v is not None and _as_bool(v) is None]
