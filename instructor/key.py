@@ -54,12 +54,13 @@ def evict(resident: set[int], future: list[int]) -> int:
 
 
 def choose_swaps(act_bytes: list[float], budget: float) -> list[bool]:
-    """04.code.choose_swaps: largest first until the kept activations fit the budget."""
-    swap, kept = [False] * len(act_bytes), sum(act_bytes)
-    for i in sorted(range(len(act_bytes)), key=lambda k: -act_bytes[k]):
-        if kept <= budget:
-            break
-        swap[i], kept = True, kept - act_bytes[i]
+    """04.code.choose_swaps: keep the largest activations that still fit the budget, swap the rest."""
+    order = sorted(range(len(act_bytes)), key=lambda k: -act_bytes[k])
+    swap, kept = [True] * len(act_bytes), 0.0
+    for i in order:
+        if kept + act_bytes[i] <= budget:
+            swap[i] = False
+            kept += act_bytes[i]
     return swap
 
 

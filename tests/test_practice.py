@@ -64,6 +64,42 @@ def test_a_plain_torch_save_is_torn_by_the_kill():
     assert not fb and "does not load" in str(fb)
 
 
+def test_a_save_without_fsync_passes_the_kills_but_not_the_flush_case():
+    import os
+
+    import torch
+
+    def no_fsync(state, path):
+        tmp = str(path) + ".tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    fb = practice.check_code("06.code.atomic_save", no_fsync)
+    assert not fb and "pass  SIGKILL after 1 B" in str(fb) and "FAIL  the new file is flushed to disk" in str(fb)
+    assert "power cut" in str(fb)
+
+
+def test_a_save_that_never_overwrites_or_hangs_is_caught():
+    import time
+    from pathlib import Path
+
+    def never_overwrites(state, path):
+        if not Path(path).exists():
+            REFERENCES["06.code.atomic_save"](state, path)
+
+    fb = practice.check_code("06.code.atomic_save", never_overwrites)
+    assert not fb and "FAIL  a completed save replaces the old checkpoint" in str(fb)
+    assert "still holds step 1" in str(fb)
+
+    def hangs_on_the_new_state(state, path):
+        if int(state["step"]) == 2:
+            time.sleep(600)
+        REFERENCES["06.code.atomic_save"](state, path)
+
+    fb = practice.check_code("06.code.atomic_save", hangs_on_the_new_state)
+    assert not fb and "nor finished within" in str(fb)
+
+
 def test_splitting_the_first_linear_by_its_inputs_fails():
     fb = practice.check_code("03.code.mlp_shards", lambda w1, w2, r, t: (w1.chunk(t, 1)[r], w2.chunk(t, 0)[r].T.T))
     assert not fb and "FAIL" in str(fb)
@@ -81,11 +117,40 @@ def test_lru_misses_more_than_the_optimum_on_a_real_trace():
     assert not fb and "the optimum is" in str(fb)
 
 
+def _swap_until_fits(acts, budget, largest):
+    swap, kept = [False] * len(acts), sum(acts)
+    for i in sorted(range(len(acts)), key=lambda k: -acts[k] if largest else acts[k]):
+        if kept <= budget:
+            break
+        swap[i], kept = True, kept - acts[i]
+    return swap
+
+
 def test_swapping_everything_fits_but_moves_too_much():
     fb = practice.check_code("04.code.choose_swaps", lambda acts, budget: [True] * len(acts))
-    assert not fb and "largest-first moves" in str(fb)
+    assert not fb and "the greedy baseline moves" in str(fb)
     fb = practice.check_code("04.code.choose_swaps", lambda acts, budget: [False] * len(acts))
-    assert not fb and "peak" in str(fb)
+    assert not fb and "over the" in str(fb) and "budget" in str(fb)
+
+
+def test_swap_order_rules_overshoot_and_the_budget_is_exact():
+    for largest in (True, False):  # swapping in either order until the rest fits moves more than the baseline
+        fb = practice.check_code("04.code.choose_swaps", lambda a, b, big=largest: _swap_until_fits(a, b, big))
+        assert not fb and "the greedy baseline moves" in str(fb), str(fb)
+
+    def half_an_activation_over(acts, budget):  # the simulated device would still fit it
+        return REFERENCES["04.code.choose_swaps"](acts, budget + max(acts) / 2)
+
+    fb = practice.check_code("04.code.choose_swaps", half_an_activation_over)
+    assert not fb and "over the" in str(fb) and "FAIL  GPT-2 XL" in str(fb)
+
+
+def test_fewest_remaining_uses_is_not_belady():
+    def fewest_uses(resident, future):
+        return min(sorted(resident), key=future.count)
+
+    fb = practice.check_code("08.code.evict", fewest_uses)
+    assert not fb and "FAIL  adversarial trace" in str(fb) and "NEXT use" in str(fb)
 
 
 def test_a_scaler_that_never_resets_its_count_is_caught():

@@ -7,7 +7,15 @@ SIGKILL as soon as bytes start reaching the disk. After the kill, ``path`` must 
 new one, never a torn mix. ``torch.save(state, path)`` straight onto the path fails; writing
 a temporary file, flushing it to disk and renaming it over the path (an atomic replace on
 POSIX) passes. The child is forked, not spawned, so a function defined in the notebook
-works; it does file I/O only.
+works; it does file I/O only, and one that neither writes nor finishes within ``TIME_LIMIT_S``
+fails as hung.
+
+A SIGKILL cannot show why ``os.fsync`` matters: the kernel keeps the killed process's written
+pages and writes them out later. Only a power cut or an OS crash loses them, and then a rename
+that reached the disk before the data leaves an empty or torn file under the live name. So
+one case spies on ``os.fsync``/``os.fdatasync`` and ``os.replace``/``os.rename`` during a save
+and asks for a flush to disk before the rename; another asks that a completed save really
+replaces the old checkpoint (a save that never overwrites would pass every kill).
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ from labkit.practice.coding import Case, CodingExercise, attempt, register
 
 BIG = 48 * 2**20  # bytes of the newer state: enough that a write takes many milliseconds
 KILL_AFTER_BYTES = (1, 8 * 2**20)
+TIME_LIMIT_S = 10.0
+FSYNC_CASE = ("the new file is flushed to disk (os.fsync) before it replaces the old one (a SIGKILL cannot test "
+              "this: only a power cut or an OS crash loses pages not yet written out)")
 
 
 def _states():
@@ -43,7 +54,7 @@ def _folder_bytes(folder: Path) -> int:
     return total
 
 
-def _kill_mid_write(fn: Callable, new: dict, path: Path, after_bytes: int, timeout: float = 20.0) -> str:
+def _kill_mid_write(fn: Callable, new: dict, path: Path, after_bytes: int, timeout: float = TIME_LIMIT_S) -> str:
     """Fork a child that runs fn(new, path); SIGKILL it once ``after_bytes`` have reached any file in the folder."""
     pid = os.fork()
     if pid == 0:  # the child: save, then leave without running the parent's cleanup
@@ -60,6 +71,9 @@ def _kill_mid_write(fn: Callable, new: dict, path: Path, after_bytes: int, timeo
             if done:
                 return "finished before the kill"
             time.sleep(0.0005)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            return "hung"
         os.kill(pid, signal.SIGKILL)
     finally:
         try:
@@ -67,6 +81,61 @@ def _kill_mid_write(fn: Callable, new: dict, path: Path, after_bytes: int, timeo
         except ChildProcessError:
             pass
     return "killed"
+
+
+class _Spy:
+    """Records, in order, the calls a save makes to os.fsync/os.fdatasync and os.replace/os.rename."""
+
+    NAMES = ("fsync", "fdatasync", "replace", "rename")
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self._real = {n: getattr(os, n) for n in self.NAMES if hasattr(os, n)}
+
+    def __enter__(self) -> _Spy:
+        for name, real in self._real.items():
+            def spy(*args, _name=name, _real=real, **kw):
+                self.calls.append(_name)
+                return _real(*args, **kw)
+            setattr(os, name, spy)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, real in self._real.items():
+            setattr(os, name, real)
+
+    def synced_before_rename(self) -> bool:
+        renames = [i for i, c in enumerate(self.calls) if c in ("replace", "rename")]
+        syncs = [i for i, c in enumerate(self.calls) if c in ("fsync", "fdatasync")]
+        return bool(renames and syncs) and syncs[0] < renames[-1]
+
+
+def _whole_cases(fn: Callable, old: dict, new: dict) -> list[Case]:
+    """Two completed saves: the second must replace the first, and flush to disk before its rename."""
+    import torch
+
+    name = "a completed save replaces the old checkpoint"
+    with tempfile.TemporaryDirectory(prefix="labkit-ckpt-") as d:
+        path = Path(d) / "ckpt.pt"
+        _, failed = attempt(name, lambda: fn(old, path), what="saving raised")
+        if failed:
+            return [failed]
+        with _Spy() as spy:
+            _, failed = attempt(name, lambda: fn(new, path), what="saving over an existing checkpoint raised")
+        if failed:
+            return [failed]
+        try:
+            step = int(torch.load(path, weights_only=True)["step"])
+        except Exception as err:  # noqa: BLE001 - whatever the learner wrote, say it does not load
+            return [Case(name, False, f"the checkpoint does not load after a completed save: {type(err).__name__}")]
+    replaced = Case(name, step == 2, "" if step == 2 else (
+        f"path still holds step {step} after saving step 2. Hint: the new checkpoint must end up under path itself; "
+        "a rename can replace a file that exists."))
+    synced = Case(FSYNC_CASE, spy.synced_before_rename(), "" if spy.synced_before_rename() else (
+        f"calls seen: {', '.join(spy.calls) or 'none'}. The kills above cannot catch this: a killed process's "
+        "written pages stay in the kernel and still reach the disk. A power cut before they do would leave the "
+        "renamed file empty or torn. Hint: flush the file and os.fsync its descriptor before os.replace."))
+    return [replaced, synced]
 
 
 def run(fn: Callable[[dict, str | Path], None]) -> list[Case]:
@@ -83,15 +152,20 @@ def run(fn: Callable[[dict, str | Path], None]) -> list[Case]:
                 cases.append(failed)
                 continue
             how = _kill_mid_write(fn, new, path, after)
+            if how == "hung":
+                cases.append(Case(name, False, f"the save neither wrote {after:,} B nor finished within "
+                                  f"{TIME_LIMIT_S:.0f} s: does it wait for something that never comes?"))
+                return cases  # the completed-save cases would hang in this process
             try:
                 got = torch.load(path, weights_only=True)
                 step = int(got["step"])
                 whole = torch.equal(got["w"], (old if step == 1 else new)["w"])
                 ok, detail = whole, "" if whole else f"step {step} loaded with the wrong weights (torn)"
             except Exception as err:  # noqa: BLE001 - a torn file fails to load in many ways
-                ok, detail = False, f"after the kill ({how}) the checkpoint does not load: {type(err).__name__}"
+                ok, detail = False, (f"after the kill ({how}) the checkpoint does not load: {type(err).__name__}. "
+                                     "Hint: while the new bytes are being written, the live file must stay whole.")
         cases.append(Case(name, ok, detail))
-    return cases
+    return cases + _whole_cases(fn, old, new)
 
 
 register(CodingExercise(
@@ -99,6 +173,6 @@ register(CodingExercise(
     "Write save(state, path): store the dict of tensors so that a SIGKILL at any moment leaves path loadable "
     "with torch.load(path, weights_only=True), holding the old checkpoint or the new one.",
     run,
-    "Never write onto the live file: write a temporary file next to it, flush and os.fsync it, then os.replace it "
-    "over path (a rename is atomic on POSIX).",
+    "A kill can strike at any byte: never leave path half-written, and make sure the finished bytes are on the disk "
+    "before anyone relies on them.",
 ))

@@ -8,6 +8,10 @@ a fast tier of a few sizes, and count misses. A policy passes when it misses no 
 than Belady's MIN (evict the block whose next use is furthest away; Belady, IBM Systems
 Journal 1966), which is optimal when the future is known, as it is for a training step
 that repeats: what notebook 08's trace-aware schedule exploits. LRU misses more.
+
+A real step's trace alone is too easy: "evict the block with the fewest remaining uses" happens
+to match MIN there. :func:`adversarial` builds traces where the two part ways (a block used
+many times, but only after others used soon), so only the furthest next use passes.
 """
 
 from __future__ import annotations
@@ -54,19 +58,38 @@ def misses(seq: list[int], slots: int, evict: Callable[[set[int], list[int]], in
     return count
 
 
+def adversarial(rounds: int = 4, late_uses: int = 12) -> list[int]:
+    """Block 0 used ``late_uses`` times at the end; blocks 1 and 2 alternate ``rounds`` times before it.
+
+    With 2 slots, MIN pushes out block 0 (its next use is furthest) and keeps 1 and 2; a policy that
+    evicts the block with the fewest remaining uses keeps block 0 and misses on every access of 1 and 2.
+    """
+    return [0, 1, 2, *([1, 2] * rounds), *([0] * late_uses)]
+
+
+def _case(name: str, seq: list[int], slots: int, fn: Callable, hint: str) -> Case:
+    got, failed = attempt(name, lambda: misses(seq, slots, fn))
+    if failed:
+        return failed
+    best = misses(seq, slots, belady)
+    return Case(name, got <= best, "" if got <= best else f"{got} misses; the optimum is {best}. {hint}")
+
+
 def run(fn: Callable[[set[int], list[int]], int]) -> list[Case]:
     seq = accesses()
     distinct = len(set(seq))
     cases = []
     for f in FRACTIONS:
         slots = max(2, int(f * distinct))
-        name = f"fast tier holds {slots} of {distinct} blocks ({len(seq)} accesses, a real step)"
-        got, failed = attempt(name, lambda slots=slots: misses(seq, slots, fn))
-        if failed:
-            cases.append(failed)
-            continue
-        best = misses(seq, slots, belady)
-        cases.append(Case(name, got <= best, "" if got <= best else f"{got} misses; the optimum is {best}"))
+        cases.append(_case(f"fast tier holds {slots} of {distinct} blocks ({len(seq)} accesses, a real step)", seq,
+                           slots, fn, "Hint: the past does not tell you what the step needs next; the future list "
+                           "does. Which resident block can fast memory do without for longest?"))
+    for rounds in (2, 6):
+        trace = adversarial(rounds)
+        cases.append(_case(f"adversarial trace: block 0 used {trace.count(0) - 1} more times, but only after blocks 1 "
+                           f"and 2 alternate {rounds + 1} times (2 slots)", trace, 2, fn,
+                           "Hint: a block used many times later can still wait longest: what matters is how soon its "
+                           "NEXT use comes, not how many uses are left."))
     return cases
 
 
@@ -75,5 +98,5 @@ register(CodingExercise(
     "Write evict(resident, future) -> block id: which block to push out of fast memory, given the resident "
     "block ids and the step's remaining accesses in order.",
     run,
-    "The step's future is known: push out the block whose next use is furthest away (or that is never used again).",
+    "The step's remaining accesses are known: use them, not the past, to pick the block fast memory misses least.",
 ))

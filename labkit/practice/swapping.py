@@ -5,9 +5,13 @@ host memory so the ones kept on the device add up to no more than ``budget`` byt
 builds GPT-2 XL's per-layer operations (:func:`labkit.offload.iteration.transformer_ops`),
 a device oversubscribed by a given factor, and runs the learner's choice through
 :func:`labkit.offload.iteration.simulate_iteration` with vDNN's synchronisation (Rhu et al.,
-MICRO 2016). A choice passes when the simulated peak fits the device and it moves no more
-bytes over PCIe than the largest-first rule, the greedy baseline notebook 04 sets beside
-SwapAdvisor's search: swapping everything fits too, but pays for every byte.
+MICRO 2016). A choice passes when the activations it keeps add up to at most ``budget`` (the
+simulated device has two activations of slack for the copies in flight, so its peak alone would
+let a plan overshoot the budget), the simulated peak fits the device, and it moves
+no more bytes over PCIe than the greedy baseline notebook 04 sets beside SwapAdvisor's search:
+keep the largest activations that still fit the budget, swap the rest. Swapping everything fits
+too, but pays for every byte; swapping the largest first until the rest fits overshoots, and
+so does swapping the smallest first (a knapsack: each byte kept is a byte not moved).
 """
 
 from __future__ import annotations
@@ -28,40 +32,45 @@ def _setup(over: float):
     acts = [op.act_bytes for op in ops]
     resident = 4e9
     capacity = resident + sum(acts) / over
-    budget = capacity - resident - max(acts)  # one activation in flight while it is copied out
+    # vDNN's prefetch brings a swapped activation back while the op after it runs backward: two in flight
+    budget = capacity - resident - 2 * max(acts)
     return ops, acts, machine("V100-32GB", resident, capacity_bytes=capacity), budget
 
 
-def largest_first(acts: list[float], budget: float) -> list[bool]:
-    """Swap the largest activations until the rest fit ``budget``."""
-    swap, kept = [False] * len(acts), sum(acts)
+def keep_largest_that_fit(acts: list[float], budget: float) -> list[bool]:
+    """The greedy baseline: keep each activation, largest first, if it still fits ``budget``; swap the rest."""
+    swap, kept = [True] * len(acts), 0.0
     for i in sorted(range(len(acts)), key=lambda k: (-acts[k], k)):
-        if kept <= budget:
-            break
-        swap[i], kept = True, kept - acts[i]
+        if kept + acts[i] <= budget:
+            swap[i], kept = False, kept + acts[i]
     return swap
 
 
-def run(fn: Callable[[list[float], float], list[bool]]) -> list[Case]:
+def _case(over: float, fn: Callable) -> Case:
     from labkit.offload.iteration import Plan, simulate_iteration
 
-    cases = []
-    for over in OVERSUBSCRIPTION:
-        ops, acts, m, budget = _setup(over)
-        name = f"GPT-2 XL, {len(ops)} ops, device oversubscribed {over}x (simulated)"
-        swap, failed = attempt(name, lambda acts=acts, budget=budget: [bool(x) for x in fn(list(acts), budget)])
-        if failed or len(swap) != len(ops):
-            cases.append(failed or Case(name, False, f"return one bool per activation ({len(ops)}), got {len(swap)}"))
-            continue
-        mine = simulate_iteration(ops, m, Plan(tuple(swap), (1,) * len(ops), sync=True))
-        ref = simulate_iteration(ops, m, Plan(tuple(largest_first(acts, budget)), (1,) * len(ops), sync=True))
-        fits = mine.peak_bytes <= m.capacity_bytes
-        lean = mine.bytes_moved <= ref.bytes_moved * (1 + 1e-9)
-        detail = "" if fits and lean else (
-            f"peak {mine.peak_bytes / 1e9:.2f} GB > device {m.capacity_bytes / 1e9:.2f} GB" if not fits else
-            f"moves {mine.bytes_moved / 1e9:.2f} GB; largest-first moves {ref.bytes_moved / 1e9:.2f} GB")
-        cases.append(Case(name, fits and lean, detail))
-    return cases
+    ops, acts, m, budget = _setup(over)
+    name = f"GPT-2 XL, {len(ops)} ops, device oversubscribed {over}x (simulated)"
+    swap, failed = attempt(name, lambda: [bool(x) for x in fn(list(acts), budget)])
+    if failed or len(swap) != len(ops):
+        return failed or Case(name, False, f"return one bool per activation ({len(ops)}), got {len(swap)}")
+    kept = sum(a for a, x in zip(acts, swap, strict=True) if not x)
+    if kept > budget:
+        return Case(name, False, f"the kept activations add up to {kept / 1e9:.3f} GB, over the {budget / 1e9:.3f} GB "
+                    "budget. Hint: add up what you keep, and stop keeping before the sum passes the budget.")
+    mine = simulate_iteration(ops, m, Plan(tuple(swap), (1,) * len(ops), sync=True))
+    ref = simulate_iteration(ops, m, Plan(tuple(keep_largest_that_fit(acts, budget)), (1,) * len(ops), sync=True))
+    if mine.peak_bytes > m.capacity_bytes:
+        return Case(name, False, f"peak {mine.peak_bytes / 1e9:.2f} GB > device {m.capacity_bytes / 1e9:.2f} GB")
+    if mine.bytes_moved > ref.bytes_moved * (1 + 1e-9):
+        return Case(name, False, f"moves {mine.bytes_moved / 1e9:.2f} GB; the greedy baseline moves "
+                    f"{ref.bytes_moved / 1e9:.2f} GB. Hint: every byte kept is a byte not moved; decide what to KEEP, "
+                    "the largest that still fit first, and swap the rest.")
+    return Case(name, True)
+
+
+def run(fn: Callable[[list[float], float], list[bool]]) -> list[Case]:
+    return [_case(over, fn) for over in OVERSUBSCRIPTION]
 
 
 register(CodingExercise(
@@ -69,6 +78,5 @@ register(CodingExercise(
     "Write choose_swaps(act_bytes, budget) -> list of bool (one per activation, True = swap it to host memory) "
     "so the activations kept on the device add up to at most budget bytes, moving as few bytes as you can.",
     run,
-    "Swapping a large activation frees the most for one copy: sort by size, largest first, and stop as soon as the "
-    "rest fits.",
+    "The budget counts what stays on the device: add up the activations you keep and never let the sum pass it.",
 ))

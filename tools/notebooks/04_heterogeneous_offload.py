@@ -461,13 +461,13 @@ from labkit.practice import reasoning  # noqa: E402, F401 - importing it registe
 checks.check("04.reason.offload_step_s", None)
 
 # %% [markdown]
-# **Coding exercise.** Write the greedy planner of section 5 yourself: `choose_swaps(act_bytes,
+# **Coding exercise.** Write a greedy swap planner yourself: `choose_swaps(act_bytes,
 # budget)` gets the bytes each layer operation saves for backward (a list of numbers) and the
 # bytes the device can keep, and returns one bool per activation (True: swap it to host
 # memory) such that the activations kept add up to at most `budget`, moving as few bytes as
 # you can. The check runs your plan through the offload simulator for GPT-2 XL on a V100 at
-# three oversubscriptions: it must fit, and move no more bytes over PCIe than the
-# largest-first rule.
+# three oversubscriptions: what you keep must add up to at most `budget`, the step must fit,
+# and it must move no more bytes over PCIe than a greedy baseline (a failed case names it).
 
 # %%
 from labkit import practice  # noqa: E402
@@ -480,7 +480,7 @@ def choose_swaps(act_bytes, budget):
 practice.check_code("04.code.choose_swaps", choose_swaps)
 
 # %% [markdown]
-# **Handing in.** Every answer, committed prediction and check result is appended as you go to
-# `labkit-journal.jsonl` beside this notebook, so a kernel restart loses nothing. To hand them in,
-# run `checks.export_answers("answers-04.json", student="your name", notebook="04")` in a new
-# cell: it writes every try in order with its verdict, and a summary scored by your committed guesses.
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-04.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.

@@ -344,7 +344,9 @@ checks.check("06.reason.young_factor", None)
 # writes a good checkpoint, then forks a process that saves a newer, larger state to the
 # same path with your function and kills it with a real `SIGKILL` as soon as bytes reach the
 # disk: afterwards `path` must load with `torch.load(path, weights_only=True)` and hold the
-# old checkpoint or the new one, never a torn mix.
+# old checkpoint or the new one, never a torn mix. It also checks that a completed save
+# really replaces the old checkpoint, and that the new bytes are flushed to disk before they
+# replace it: a case no kill can test, since a killed process's pages still reach the disk.
 
 # %%
 import os  # noqa: E402, F401 - for your code
@@ -364,7 +366,7 @@ practice.check_code("06.code.atomic_save", save)
 shutil.rmtree(work)  # the lab leaves no checkpoint behind
 
 # %% [markdown]
-# **Handing in.** Every answer, committed prediction and check result is appended as you go to
-# `labkit-journal.jsonl` beside this notebook, so a kernel restart loses nothing. To hand them in,
-# run `checks.export_answers("answers-06.json", student="your name", notebook="06")` in a new
-# cell: it writes every try in order with its verdict, and a summary scored by your committed guesses.
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-06.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.

@@ -237,7 +237,8 @@ checks.check("08.reason.break_even_70b", None)
 # one real training step of a tiny GPT (every weight and saved activation each forward or
 # backward op touches, as in section 1), replays its accesses through a fast tier holding a
 # quarter, a half and three quarters of the blocks, and counts misses: your policy passes
-# when it misses no more than the best possible policy for a known future.
+# when it misses no more than the best possible policy for a known future, there and on two
+# short traces built so that plausible shortcuts miss more.
 
 # %%
 from labkit import practice  # noqa: E402
@@ -250,7 +251,7 @@ def evict(resident, future):
 practice.check_code("08.code.evict", evict)
 
 # %% [markdown]
-# **Handing in.** Every answer, committed prediction and check result is appended as you go to
-# `labkit-journal.jsonl` beside this notebook, so a kernel restart loses nothing. To hand them in,
-# run `checks.export_answers("answers-08.json", student="your name", notebook="08")` in a new
-# cell: it writes every try in order with its verdict, and a summary scored by your committed guesses.
+# **Handing in.** Your answers, committed predictions and check results of this session
+# are kept as you go. To hand them to your instructor, run
+# `checks.export_answers("answers-08.json", student="your name")` in a new cell: it
+# writes them, every try in order with its verdict, to that JSON file.
