@@ -38,15 +38,15 @@ def test_equation3_matches_the_papers_parameter_scaling() -> None:
 
 
 @pytest.mark.parametrize("i", range(10))
-def test_table1_row_within_15_percent(i: int) -> None:
+def test_table1_row_within_10_percent(i: int) -> None:
     c = table("table1")[i]
     assert c.feasible, c.label  # the published layout fits in labkit's memory model too
-    assert 0.85 <= c.ratio <= 1.15, (c.label, c.paper_s, c.predicted_s)
+    assert 0.90 <= c.ratio <= 1.10, (c.label, c.paper_s, c.predicted_s)
 
 
-def test_table1_ratios_spread_by_at_most_0_2_and_throughput_rises_with_size() -> None:
+def test_table1_ratios_spread_by_at_most_0_15_and_throughput_rises_with_size() -> None:
     rows = table("table1")
-    assert calibration.spread(rows) <= 0.2
+    assert calibration.spread(rows) <= 0.15
     tflops = [c.predicted_tflops for c in rows]
     assert tflops[-1] > tflops[0] + 20  # the paper's scaling result: larger GEMMs, higher utilisation
 

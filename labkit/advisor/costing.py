@@ -218,7 +218,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
                               gemm_efficiency=prof.gemm_efficiency)
     kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
     tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
-    pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e)
+    pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e, prof.p2p_sync_s)
     out = dict.fromkeys((*TIMES, "cpu", "peer_bytes", "pcie_bytes", "nvme_read", "nvme_write"), 0.0)
     out["compute"], out["tp"], out["pp"] = m * kernels_mb, m * tp_mb, m * pp_mb
     out["bubble"] = (lay.pp - 1) / lay.chunks * (kernels_mb + tp_mb + pp_mb)

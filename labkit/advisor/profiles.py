@@ -10,6 +10,8 @@ prints the profile it was priced with.
 
 * ``megatron-2021``: Megatron-LM as in Narayanan et al., SC 2021: fused kernels (section 4.2),
   ``compute.KERNELS_PER_LAYER`` launches of ``compute.LAUNCH_S`` each; collectives not overlapped;
+  every pipeline exchange waits ``P2P_SYNC_S`` (Megatron-LM's p2p_communication.py synchronises the
+  device after each batched send and receive; fitted once on the pipelined rows of Table 1);
   a data-parallel group that spans nodes runs over one network port per GPU (the ZeRO-3 runs of
   the paper's Table 2 were DeepSpeed's, whose per-module gathers did not aggregate a node's ports:
   fitted on that table, ``tests/test_advisor_calibration.py``).
@@ -43,6 +45,8 @@ EAGER_LAUNCH_S = 20e-6  # per op and pass: PyTorch's Python dispatch, autograd b
 EAGER_KERNELS_PER_LAYER = 60  # a transformers decoder layer's ops (norms, rotary, casts, adds, activations, GEMMs)
 EAGER_BSH_PASSES = 80  # 4-byte passes over b s h per layer, forward + backward: unfused ops, norms in fp32
 CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient written and read
+# megatron: fitted once on the pipelined rows of Narayanan et al. SC 2021, Table 1 (datasets/narayanan_sc21.toml)
+P2P_SYNC_S = 4e-3  # each pipeline exchange waits: megatron/p2p_communication.py synchronises the device after it
 # fsdp: fitted once on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s)
 FSDP_GEMM_EFFICIENCY = 0.60  # nn.Linear under autocast in a sharded model: below the 0.80 of tuned GEMMs
 FSDP_EXPOSED_SHARE = 0.5  # half of the prefetched traffic stays exposed: NCCL's kernels share the SMs and HBM
@@ -64,6 +68,7 @@ class Profile:
     ce_passes: float = 0.0  # fp32 passes over the b s V logits for the cross-entropy
     gemm_efficiency: float = compute.GEMM_EFFICIENCY  # share of the dense peak the framework's GEMMs reach
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
+    p2p_sync_s: float = 0.0  # seconds each pipeline exchange (one send and receive per micro-batch and chunk) waits
     source: str = ""
 
     @property
@@ -73,11 +78,13 @@ class Profile:
 
 PROFILES = {
     "megatron-2021": Profile("megatron-2021", "Megatron-LM (Narayanan et al. 2021)", compute.KERNELS_PER_LAYER,
-                             compute.LAUNCH_S, False, False, False,
-                             source="Narayanan et al., SC 2021; one port per GPU fitted on its Table 2"),
+                             compute.LAUNCH_S, False, False, False, p2p_sync_s=P2P_SYNC_S,
+                             source="Narayanan et al., SC 2021; pipeline wait fitted on its Table 1, one port per "
+                                    "GPU on its Table 2"),
     "megatron-te": Profile("megatron-te", "Megatron-Core + Transformer Engine", compute.KERNELS_PER_LAYER,
-                           compute.LAUNCH_S, True, True, True,
-                           source="Megatron-Core distributed optimizer (overlap-grad-reduce, overlap-param-gather)"),
+                           compute.LAUNCH_S, True, True, True, p2p_sync_s=P2P_SYNC_S,
+                           source="Megatron-Core distributed optimizer (overlap-grad-reduce, overlap-param-gather); "
+                                  "pipeline wait as megatron-2021"),
     "fsdp": Profile("fsdp", "PyTorch FSDP + FlashAttention", compute.KERNELS_PER_LAYER, compute.LAUNCH_S, True, True,
                     True, FSDP_BSH_PASSES, CE_PASSES, FSDP_GEMM_EFFICIENCY, FSDP_EXPOSED_SHARE,
                     source="Zhao et al., VLDB 2023, section 3.3.2 (prefetching); nccl-tests issue 119 (ports); "

@@ -56,13 +56,14 @@ def tp_seconds(shape, seq: int, lay, link: Link, e: int) -> float:
     return count * shape.layers / lay.pp * coll.all_reduce(e * lay.micro_batch * seq * shape.hidden, lay.tp, link)
 
 
-def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int) -> float:
-    """Exposed pipeline sends of one micro-batch on one stage: forward and backward, per model chunk."""
+def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int, sync_s: float = 0.0) -> float:
+    """Exposed pipeline sends of one micro-batch on one stage: forward and backward, per model chunk, each
+    waiting ``sync_s`` besides its bytes (the framework's, ``profiles``)."""
     if lay.pp == 1:
         return 0.0
     full = e * lay.micro_batch * seq * shape.hidden
     send = transfer_time(full / lay.tp, link) + (coll.all_gather(full, lay.tp, nvlink) if lay.tp > 1 else 0.0)
-    return 2 * lay.chunks * send
+    return 2 * lay.chunks * (send + sync_s)
 
 
 def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_weight: int,

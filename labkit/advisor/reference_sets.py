@@ -1,0 +1,125 @@
+"""Every published or measured run the step-time model is held to, priced as ``labkit advise`` prices it.
+
+Four reference sets, each under the framework profile it ran with (``profiles``) and with the
+tolerance issue 21 asks of it:
+
+* ``sc21-table1``: Narayanan et al., SC 2021, Table 1 (Megatron-LM, ``megatron-2021``), within 10%;
+* ``sc21-table2``: the same paper's ZeRO-3 rows, Table 2 (``megatron-2021``), within 25%;
+* ``llm-foundry-h100``: MosaicML llm-foundry's H100 BF16 table, 11 MPT rows (``fsdp``), within 20%
+  (``datasets/llm_foundry_h100.toml``);
+* ``h200-eager``: three training steps measured on one H200 with eager PyTorch + transformers
+  (``eager``), within 25% (``datasets/h200_eager.toml``).
+
+A published step time is derived from what the source prints (tokens per second per GPU, or SC21's
+equation 3 over its TFLOP/s), never stored. Model TFLOP/s per GPU counts the model's FLOPs without
+recompute (``labkit.predict.estimate.training_flops``), the unit llm-foundry's MFU uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from labkit.advisor import calibration, costing, search
+from labkit.advisor.costing import Layout
+from labkit.errors import read_toml, require_choice
+from labkit.predict.estimate import training_flops
+from labkit.predict.tables import text_table
+from labkit.shapes import ModelShape
+from labkit.shapes.hf_config import shape_from_hf_config
+
+DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+SETS = ("sc21-table1", "sc21-table2", "llm-foundry-h100", "h200-eager")
+FRAMEWORK = {"sc21-table1": "megatron-2021", "sc21-table2": "megatron-2021", "llm-foundry-h100": "fsdp",
+             "h200-eager": "eager"}
+TOLERANCE = {"sc21-table1": 0.10, "sc21-table2": 0.25, "llm-foundry-h100": 0.20, "h200-eager": 0.25}
+SOURCE = {"sc21-table1": "Narayanan et al., SC 2021, Table 1", "sc21-table2": "Narayanan et al., SC 2021, Table 2",
+          "llm-foundry-h100": "mosaicml/llm-foundry, benchmarking README, H100 80GB BF16",
+          "h200-eager": "issue 21: one H200, eager PyTorch + transformers, measured"}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One reference run beside labkit's prediction: step seconds and model TFLOP/s per GPU."""
+
+    reference_set: str
+    label: str
+    gpus: int
+    layout: Layout
+    published_s: float
+    predicted_s: float
+    model_flops: float  # per step, without recompute
+    feasible: bool
+
+    @property
+    def ratio(self) -> float:
+        """Predicted over published step: 1 is exact, above 1 labkit is slower than the run."""
+        return self.predicted_s / self.published_s
+
+    @property
+    def published_tflops(self) -> float:
+        return self.model_flops / (self.published_s * self.gpus) / 1e12
+
+    @property
+    def predicted_tflops(self) -> float:
+        return self.model_flops / (self.predicted_s * self.gpus) / 1e12
+
+
+@lru_cache(maxsize=4)
+def _data(name: str) -> dict:
+    return read_toml(DATASETS / name, name)
+
+
+def _sc21(table: str) -> list[Reference]:
+    out = []
+    for c, row in zip(calibration.compare(table), calibration.rows(table), strict=True):
+        shape = ModelShape(c.label, row["layers"], row["hidden"], row["heads"], 51200, 2048)
+        out.append(Reference(f"sc21-{table}", c.label, c.gpus, c.layout, c.paper_s, c.predicted_s,
+                             training_flops(shape, 2048, row["batch"]), c.feasible))
+    return out
+
+
+def _foundry() -> list[Reference]:
+    d, out = _data("llm_foundry_h100.toml"), []
+    for row in d["row"]:
+        shape = ModelShape(row["model"], row["layers"], row["hidden"], row["heads"], d["vocab"], d["seq"])
+        g, b = row["gpus"], row["global_batch"]
+        lay = Layout(g, 1, 1, row["micro_batch"], 3, "full" if row["checkpointing"] else "none")
+        mc = costing.machine(d["gpu"], g, host=d["host"], framework=FRAMEWORK["llm-foundry-h100"])
+        plan = search.evaluate(shape, d["seq"], b, lay, mc, priced=True)
+        published = b * d["seq"] / (row["tokens_per_s_per_gpu"] * g)
+        out.append(Reference("llm-foundry-h100", f"{row['model']} on {g}", g, lay, published, plan.step_s,
+                             training_flops(shape, d["seq"], b), plan.feasible))
+    return out
+
+
+def _h200() -> list[Reference]:
+    d, out = _data("h200_eager.toml"), []
+    for row in d["row"]:
+        shape = shape_from_hf_config(row["model"])
+        b, s = row["batch"], row["seq"]
+        lay = Layout(1, 1, 1, b)
+        mc = costing.machine(d["gpu"], 1, host=d["host"], framework=FRAMEWORK["h200-eager"])
+        plan = search.evaluate(shape, s, b, lay, mc, priced=True)
+        out.append(Reference("h200-eager", f"{row['model']} {b}x{s}", 1, lay, row["step_ms"] / 1e3, plan.step_s,
+                             training_flops(shape, s, b), plan.feasible))
+    return out
+
+
+@lru_cache(maxsize=8)
+def compare(name: str) -> tuple[Reference, ...]:
+    """Every run of reference set ``name`` (one of ``SETS``) beside labkit's prediction."""
+    require_choice("reference set", name, SETS)
+    if name.startswith("sc21-"):
+        return tuple(_sc21(name.removeprefix("sc21-")))
+    return tuple(_foundry() if name == "llm-foundry-h100" else _h200())
+
+
+def table(name: str) -> str:
+    """One reference set as text: published and predicted step seconds, model TFLOP/s per GPU, the ratio."""
+    rows = [[r.label, r.gpus, r.layout.label, f"{r.published_s:,.3g}", f"{r.predicted_s:,.3g}", f"{r.ratio:.2f}",
+             f"{r.published_tflops:.0f}", f"{r.predicted_tflops:.0f}"] for r in compare(name)]
+    head = ["run", "GPUs", "layout", "published s", "labkit s", "ratio", "published TFLOP/s", "labkit TFLOP/s"]
+    return (f"{SOURCE[name]} (framework {FRAMEWORK[name]}, tolerance {TOLERANCE[name]:.0%}):\n"
+            + text_table(head, rows))

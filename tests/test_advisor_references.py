@@ -1,0 +1,48 @@
+"""The step-time model held to every reference set, each under its framework profile (issue 21's acceptance)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.advisor import reference_sets as rs
+from labkit.advisor.profiles import FRAMEWORKS, profile
+from labkit.errors import LabkitError
+
+
+@pytest.mark.parametrize("name", rs.SETS)
+def test_every_run_within_the_sets_tolerance(name: str) -> None:
+    refs = rs.compare(name)
+    assert refs and all(r.published_s > 0 and r.predicted_s > 0 for r in refs)
+    tol = rs.TOLERANCE[name]
+    bad = [(r.label, round(r.ratio, 3)) for r in refs if not 1 - tol <= r.ratio <= 1 + tol]
+    assert not bad, f"{name}: outside {tol:.0%}: {bad}"
+
+
+def test_sizes_of_the_sets() -> None:
+    assert [len(rs.compare(n)) for n in rs.SETS] == [10, 6, 11, 3]
+
+
+def test_sc21_table1_spread_is_at_most_0_15() -> None:
+    ratios = [r.ratio for r in rs.compare("sc21-table1")]
+    assert max(ratios) - min(ratios) <= 0.15
+
+
+def test_mpt_13b_keeps_its_throughput_from_8_to_64_gpus() -> None:
+    """FSDP on 8 ports per node: the per-GPU gather volume does not shrink, but it is hidden and 8 ports carry it."""
+    by = {r.label: r for r in rs.compare("llm-foundry-h100")}
+    eight, sixty_four = by["mpt-13b on 8"], by["mpt-13b on 64"]
+    assert sixty_four.predicted_tflops == pytest.approx(eight.predicted_tflops, rel=0.05)
+
+
+def test_the_profile_changes_the_answer_where_the_framework_does() -> None:
+    """The same H200 run priced as Megatron's fused kernels is far faster than eager PyTorch measured it."""
+    eager = rs.compare("h200-eager")
+    assert all(r.predicted_tflops < 0.45 * 989 for r in eager)  # eager loops reach well under half the peak
+    assert {profile(f).name for f in FRAMEWORKS} == set(FRAMEWORKS)
+
+
+def test_tables_print_published_beside_predicted() -> None:
+    text = rs.table("llm-foundry-h100")
+    assert "framework fsdp" in text and "mpt-70b on 64" in text and "published s" in text
+    with pytest.raises(LabkitError, match="^reference set must be one of sc21-table1"):
+        rs.compare("mlperf")
