@@ -30,6 +30,11 @@ def _inputs(strategy: str, region: str):
     return args, (run.facility_kwh, run.kg_co2, run.ssd_life_used)
 
 
+HINTS = {"facility kWh": "the site draws the IT energy times its PUE, and 1 kWh is 3.6e6 J",
+         "kg CO2": "kWh times grams per kWh gives grams",
+         "SSD life used": "each drive absorbs its share of the bytes written, against its rated endurance"}
+
+
 def run(fn: Callable[..., tuple[float, float, float]]) -> list[Case]:
     cases = []
     for strategy, region in RUNS:
@@ -39,9 +44,8 @@ def run(fn: Callable[..., tuple[float, float, float]]) -> list[Case]:
         if failed:
             cases.append(failed)
             continue
-        labels = ("facility kWh", "kg CO2", "SSD life used")
-        off = [f"{lab}: {g:.4g}, the model says {w:.4g}" for lab, g, w in zip(labels, got, want, strict=True)
-               if abs(g - w) > 1e-3 * abs(w) + 1e-12]  # fmt: skip
+        off = [f"{lab}: {g:.4g}, the model says {w:.4g} (hint: {HINTS[lab]})"
+               for lab, g, w in zip(HINTS, got, want, strict=True) if abs(g - w) > 1e-3 * abs(w) + 1e-12]
         cases.append(Case(name, not off, "; ".join(off)))
     return cases
 
@@ -51,6 +55,5 @@ register(CodingExercise(
     "Write footprint(it_joules, pue, g_co2_per_kwh, ssd_bytes_written, drives, endurance_bytes) -> "
     "(facility_kwh, kg_co2, ssd_life_used).",
     run,
-    "The site draws IT energy x PUE; 1 kWh = 3.6e6 J; grams become kg; each drive absorbs bytes/drives of the writes "
-    "and is rated for endurance_bytes.",
+    "Three conversions, each with its unit: IT energy to the site's energy, energy to carbon, writes to drive wear.",
 ))

@@ -29,6 +29,13 @@ def advisor_states(tp: int, pp: int, dp: int, zero: int) -> tuple[int, float]:
     return shape.params, mem["parameters"] + mem["gradients"] + mem["optimizer"]
 
 
+def _hint(zero: int) -> str:
+    if zero == 0:
+        return "without ZeRO, tensor and pipeline parallelism split every byte; data parallelism copies them"
+    divided = ("the 12 optimizer bytes", "also the 2 gradient bytes", "also the 2 weight bytes")[:zero]
+    return f"ZeRO stage {zero} divides by dp: " + ", ".join(divided)
+
+
 def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
     cases = []
     for tp, pp, dp, zero in LAYOUTS:
@@ -39,7 +46,8 @@ def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
             cases.append(failed)
             continue
         ok = abs(got - want) <= 1e-6 * want
-        cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB"))
+        cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB. "
+                          f"Hint: {_hint(zero)}"))
     return cases
 
 
@@ -48,6 +56,5 @@ register(CodingExercise(
     "Write states_per_gpu(psi, tp, pp, dp, zero_stage) -> bytes of weights, gradients and optimizer states one GPU "
     "holds (mixed-precision Adam, 2 + 2 + 12 bytes per parameter).",
     run,
-    "tp x pp split every byte; then stage >= 1 divides the 12 optimizer bytes by dp, stage >= 2 also the 2 gradient "
-    "bytes, stage 3 also the 2 weight bytes.",
+    "Start from 16 bytes per parameter: which parallel degrees split which of them?",
 ))

@@ -59,7 +59,10 @@ def run(fn: Callable[[float, int, bool, int], tuple[float, int]]) -> list[Case]:
             continue
         bad = next((k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b), None)
         cases.append(Case(name, bad is None, "" if bad is None else
-                          f"after step {bad} torch's GradScaler holds {want[bad]:g}, yours {got[bad]:g}"))
+                          f"after step {bad} torch's GradScaler holds {want[bad]:g}, yours {got[bad]:g}. Hint: "
+                          + ("on an overflow, halve the scale and start counting clean steps from 0 again"
+                             if overflows[bad] else "count each clean step; when the count reaches growth_interval, "
+                             "double the scale and reset the count")))
     return cases
 
 
@@ -69,6 +72,6 @@ register(CodingExercise(
     "scale after one fp16 step, as torch's GradScaler keeps it (halve on overflow, double after growth_interval "
     "clean steps).",
     run,
-    "On an overflow: halve the scale and start counting clean steps from 0 again. Otherwise count the step; when "
-    "the count reaches growth_interval, double the scale and reset the count.",
+    "Two events change the scale: an overflow, and a run of clean steps. What does GradScaler do at each, and what "
+    "happens to its count of clean steps?",
 ))

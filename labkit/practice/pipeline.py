@@ -50,24 +50,30 @@ def run(fn: Callable[[int, int, int], list]) -> list[Case]:
         wrong = [r for r, acts in order.items() if not _complete(acts, m)]
         if wrong:
             cases.append(Case(name, False, f"rank {wrong[0]} must run F and then B of each micro-batch 0..{m - 1} "
-                                           "exactly once"))  # fmt: skip
+                                           "exactly once. Hint: after the last forward, drain the remaining "
+                                           "backwards"))  # fmt: skip
             continue
         peaks = {r: peak_in_flight(acts) for r, acts in order.items()}
         over = [r for r, k in peaks.items() if k > p - r]
         if over:
             r = over[0]
             cases.append(Case(name, False, f"rank {r} keeps {peaks[r]} micro-batches in flight; 1F1B keeps at most "
-                                           f"p - rank = {p - r} (that is GPipe's memory, not 1F1B's)"))  # fmt: skip
+                                           f"p - rank = {p - r} (that is GPipe's memory, not 1F1B's). Hint: once "
+                                           "p - rank forwards are in flight, run a backward before each further "
+                                           "forward"))  # fmt: skip
             continue
         try:
             tl = replay_schedule(order, p, {a: T_F if a.phase == "F" else T_B for acts in order.values()
                                             for a in acts})  # fmt: skip
         except LabkitError as err:
-            cases.append(Case(name, False, f"the ranks deadlock: {err}"))
+            cases.append(Case(name, False, f"the ranks deadlock: {err}. Hint: rank r's first backward arrives only "
+                                           "after the micro-batch has passed every later stage; how many forwards "
+                                           "can rank r run before it?"))
             continue
         bubble, want = measured_bubble(tl), bubble_fraction(p, m)
         ok = abs(bubble - want) < 1e-9
-        cases.append(Case(name, ok, "" if ok else f"bubble {bubble:.3f}, the formula gives (p-1)/(m+p-1) = {want:.3f}"))
+        cases.append(Case(name, ok, "" if ok else f"bubble {bubble:.3f}, the formula gives (p-1)/(m+p-1) = {want:.3f}. "
+                                             "Hint: warm up with exactly p - rank forwards, no fewer"))
     return cases
 
 
@@ -76,5 +82,5 @@ register(CodingExercise(
     "Write one_f_one_b(rank, p, m) -> list of ('F', i) / ('B', i): rank's program order in a 1F1B pipeline of p "
     "stages and m micro-batches (m >= p).",
     run,
-    "Warm up with p - rank forwards, then alternate one backward and one forward, then drain the backwards.",
+    "1F1B bounds what a rank holds: how many forwards must rank r run before its first backward can come back?",
 ))

@@ -34,14 +34,20 @@ def measured_states(precision: str, shape: dict) -> tuple[int, dict[str, int]]:
     return n, {k: getattr(step, k) for k in CATEGORIES}
 
 
+HINTS = {"fp32": "in fp32 every value takes 4 bytes, and torch's AdamW keeps two moments per parameter.",
+         "bf16-mixed": "16-bit weights and gradients take 2 bytes each; the optimizer also keeps an fp32 copy of the "
+                       "weights beside its two fp32 moments."}
+
+
 def run(fn: Callable[[int, str], dict]) -> list[Case]:
     cases = []
     for precision in ("fp32", "bf16-mixed"):
         for shape in SHAPES:
             n, real = measured_states(precision, shape)
             name = f"{precision}, {n:,} parameters (measured on a real step)"
-            cases.append(safely(name, lambda n=n, p=precision: {k: int(fn(n, p)[k]) for k in CATEGORIES}, real,
-                                lambda got, want: got == want))  # fmt: skip
+            case = safely(name, lambda n=n, p=precision: {k: int(fn(n, p)[k]) for k in CATEGORIES}, real,
+                          lambda got, want: got == want)
+            cases.append(case if case.ok else Case(case.name, False, f"{case.detail}. Hint: {HINTS[precision]}"))
     return cases
 
 
@@ -50,6 +56,5 @@ register(CodingExercise(
     "Write state_bytes(n_params, precision) -> {'parameters': B, 'gradients': B, 'optimizer': B} for "
     "precision 'fp32' (torch AdamW) and 'bf16-mixed' (16-bit weights and gradients, fp32 master weights and moments).",
     run,
-    "fp32: 4 B weights, 4 B gradients, Adam's two fp32 moments. bf16-mixed: 2 + 2, and the optimizer keeps an fp32 "
-    "copy of the weights beside its two moments.",
+    "Count, per parameter, the bytes of its weight, of its gradient, and of everything AdamW keeps for it.",
 ))

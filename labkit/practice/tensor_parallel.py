@@ -39,7 +39,9 @@ def run(fn: Callable) -> list[Case]:
         sizes_ok = all(a.numel() * t == w1.numel() and b.numel() * t == w2.numel() for a, b in shards)
         same = torch.allclose(total, F.gelu(x @ w1.T) @ w2.T, rtol=1e-9, atol=1e-9)
         detail = "" if same and sizes_ok else ("each rank must hold 1/t of w1 and of w2" if not sizes_ok else
-                                               "the summed partial outputs differ from the unsplit MLP")
+                                               "the summed partial outputs differ from the unsplit MLP. Hint: split "
+                                               "the first linear by its outputs (rows of w1 in nn.Linear layout), the "
+                                               "second by its inputs (columns of w2)")
         cases.append(Case(name, same and sizes_ok, detail))
     return cases
 
@@ -49,6 +51,6 @@ register(CodingExercise(
     "Write mlp_shards(w1, w2, rank, t) -> (w1_part, w2_part): rank's share of an MLP y = GeLU(x w1^T) w2^T "
     "(nn.Linear layout, w1 [4h, h], w2 [h, 4h]) so that the t partial outputs add up to y.",
     run,
-    "The first linear must be split by its outputs (rows of w1 in nn.Linear layout: column-parallel), so GeLU "
-    "runs on whole values; the second by its inputs (columns of w2: row-parallel), so partial outputs add up.",
+    "GeLU is not linear: which split of the first linear lets each rank apply it to whole values, and which split "
+    "of the second lets the partial outputs simply add up?",
 ))
