@@ -11,8 +11,10 @@ results in rank order. It is written for a classroom kernel that re-runs cells:
   so no clash when a cell runs twice;
 * a worker's exception comes back as a :class:`WorkerError` naming its rank and
   carrying its traceback; the other ranks are stopped at once;
-* a worker that hangs is killed after ``timeout`` seconds and a
-  :class:`WorkerTimeout` says which ranks had not finished;
+* a rank that exits without reporting (whatever its exit code) is a :class:`WorkerError`
+  naming that rank and its exit code;
+* a worker that hangs is killed after ``timeout`` seconds and a :class:`WorkerTimeout`
+  names the rank that did not reach the collective the others wait in (``labkit.dist.diagnose``);
 * no orphans: every child is killed and reaped when ``run`` returns or raises
   (even on KeyboardInterrupt), and a child dies with its parent (``PR_SET_PDEATHSIG``);
 * ``run_outcomes`` is the same launch for a rank that dies on purpose: the others carry
@@ -49,6 +51,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from labkit.dist import diagnose
 from labkit.errors import LabkitError, require_positive
 
 MAX_LOCAL_RANKS = 8
@@ -65,12 +68,12 @@ class WorkerError(RuntimeError):
 
 
 class WorkerTimeout(RuntimeError):
-    """Some ranks did not finish in time; they were killed."""
+    """Some ranks did not finish in time; they were killed. ``culprits``: those not inside a collective."""
 
-    def __init__(self, ranks: list[int], timeout: float) -> None:
-        shown = ", ".join(str(r) for r in ranks)
-        super().__init__(f"rank {shown} did not finish within {timeout:g} s and was killed")
+    def __init__(self, ranks: list[int], timeout: float, wheres: list[diagnose.Where] | None = None) -> None:
+        super().__init__(diagnose.hang_message(ranks, timeout, wheres or []))
         self.ranks = ranks
+        self.culprits = [w.rank for w in wheres or [] if w.collective is None]
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ def _write(path: Path, payload: Any) -> None:
 
 def _worker(rank: int, job: _Job) -> None:
     _die_with_parent()
+    diagnose.arm(job.workdir, rank)
     os.environ.update(GLOO_SOCKET_IFNAME=LOOPBACK, MASTER_ADDR="127.0.0.1")
     out = Path(job.workdir) / f"rank{rank}.pkl"
     failed_at = None  # taken before the group is torn down, which makes the peers fail too
@@ -179,11 +183,11 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WorkerTimeout(sorted(pending.values()), timeout)
+                _timed_out(procs, sorted(pending.values()), workdir, timeout)
             for sentinel in wait(list(pending), timeout=left):
                 rank = pending.pop(sentinel)
                 procs[rank].join(timeout=5)  # reap it, so its exit code is known
-                if procs[rank].exitcode != 0 and _status(workdir, rank) != "ok":
+                if _status(workdir, rank) != "ok":  # raised, or exited (even with 0) without reporting
                     _wait_all(procs, FAILURE_GRACE_S)  # let the others report what they saw
                     _raise_first_failure(workdir, procs)
         return [pickle.loads((workdir / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
@@ -216,7 +220,7 @@ def run_outcomes(fn: Callable[..., Any], world_size: int, *, timeout: float = 60
         _wait_all(procs, timeout)
         alive = [r for r, p in enumerate(procs) if p.is_alive()]
         if alive:
-            raise WorkerTimeout(alive, timeout)
+            _timed_out(procs, alive, workdir, timeout)
         return [_outcome(workdir, r, int(p.exitcode)) for r, p in enumerate(procs)]
 
 
@@ -227,6 +231,11 @@ def _outcome(workdir: Path, rank: int, code: int) -> RankOutcome:
         return RankOutcome(rank, "raised", code, None, rest[0], rest[1])
     died = RankOutcome(rank, "died", code, None, f"exited with code {code} before reporting a result")
     return RankOutcome(rank, "ok", code, rest[0]) if status == "ok" else died
+
+
+def _timed_out(procs: list, ranks: list[int], workdir: Path, timeout: float) -> None:
+    """Find where each unfinished rank is (before they are killed), then raise naming the culprit."""
+    raise WorkerTimeout(ranks, timeout, diagnose.where({r: procs[r].pid for r in ranks}, workdir))
 
 
 def _wait_all(procs: list, seconds: float) -> None:
@@ -253,7 +262,7 @@ def _raise_first_failure(workdir: Path, procs: list) -> None:
         status, *rest = pickle.loads(path.read_bytes()) if path.exists() else ("missing",)
         if status == "error":
             failures.append((rest[2], rank, rest[0], rest[1]))
-        elif status != "ok" and p.exitcode not in (None, 0):  # died before reporting
+        elif status != "ok" and p.exitcode is not None:  # exited (even with 0) before reporting
             failures.append((0.0, rank, f"exited with code {p.exitcode} before reporting a result", ""))
     if not failures:
         raise WorkerError(-1, "a rank stopped without reporting a result", "")

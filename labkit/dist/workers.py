@@ -21,7 +21,7 @@ def all_reduce_demo(rank: int, world_size: int, numel: int = 1024) -> dict[str, 
 
 
 def faulty_worker(rank: int, world_size: int, bad_rank: int = 1, mode: str = "raise") -> int:
-    """A worker that fails on purpose on ``bad_rank``: it raises, or it hangs, or it dies."""
+    """A worker that fails on purpose on ``bad_rank``: it raises, hangs, dies (exit 3) or exits 0 unreported (quiet)."""
     if rank == bad_rank:
         if mode == "raise":
             raise ValueError(f"rank {rank} was told to fail")
@@ -29,5 +29,7 @@ def faulty_worker(rank: int, world_size: int, bad_rank: int = 1, mode: str = "ra
             time.sleep(3600)
         if mode == "die":
             os._exit(3)
+        if mode == "quiet":  # exits with success, reporting nothing
+            os._exit(0)
     dist.barrier()
     return rank
