@@ -27,7 +27,16 @@ class CodingExercise:
     key: str
     task: str  # what to write, with the signature
     run: Callable[..., list[Case]]  # the learner's function (and any measured inputs) -> cases
-    hint: str
+    hint: str  # the general hint: a direction, never the whole algorithm
+    case_hints: tuple[tuple[str, str], ...] = ()  # (words in a case's name, the hint when that case fails)
+
+    def hint_for(self, failed: list[Case]) -> str:
+        """The hint of the first failed case that has one (what that case shows), else the general hint."""
+        for case in failed:
+            for words, hint in self.case_hints:
+                if words in case.name:
+                    return hint
+        return self.hint
 
 
 CODING: dict[str, CodingExercise] = {}
@@ -53,7 +62,7 @@ def check_code(key: str, fn: Callable | None, **measured: object) -> Feedback:
     record("coding", key, getattr(fn, "__name__", "fn"), not failed, "; ".join(c.name for c in failed),
            source=source_of(fn), failed=[c.name for c in failed])
     head = f"All {len(cases)} tests pass." if not failed else (
-        f"{len(failed)} of {len(cases)} tests fail. Hint: {ex.hint}")
+        f"{len(failed)} of {len(cases)} tests fail. Hint: {ex.hint_for(failed)}")
     return Feedback(not failed, "\n".join([head, *lines]))
 
 
