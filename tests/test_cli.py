@@ -58,7 +58,9 @@ def test_llama2_7b_does_not_fit_a_24gb_card(capsys):
     assert out["gpu"] == "RTX-4090"
     assert out["fits"] is False
     assert out["device_bytes"] == 24564 * 2**20  # true capacity, as nvidia-smi reports it
-    assert out["headroom_bytes"] == pytest.approx(out["device_bytes"] - out["per_device_bytes"]["total"])
+    assert out["judged_on"] == "predicted whole-step peak"
+    assert out["headroom_bytes"] == pytest.approx(out["device_bytes"] - out["step_peak"]["bytes"])
+    assert out["step_peak"]["bytes"] > out["per_device_bytes"]["total"]  # the step's temporaries on top
 
 
 def test_human_output_is_a_table_in_gb(capsys):
@@ -154,7 +156,10 @@ def test_advise_ranks_gpt3_plans_as_json(capsys):
     assert out["model"] == "gpt3-175b" and out["gpus"] == 1024 and out["goal"] == "fastest"
     assert len(out["plans"]) == 3 and out["kept_count"] > 3
     steps = [p["step_s"] for p in out["plans"]]
-    assert steps == sorted(steps)
+    ties = [p["tie"] for p in out["plans"]]  # near-ties come first, simplest first
+    assert all(s <= min(steps) * 1.03 for s, t in zip(steps, ties, strict=True) if t)
+    rest = [s for s, t in zip(steps, ties, strict=True) if not t]
+    assert rest == sorted(rest)
     for p in out["plans"]:
         assert p["dp"] * p["tp"] * p["pp"] == 1024 and p["tp"] <= 8 and p["feasible"]
         assert p["memory_bytes"]["total"] <= 0.9 * 80e9
@@ -225,7 +230,7 @@ def test_largest_reproduces_zero_table2(capsys):
             assert out["capacity_bytes"] == 32e9 and out["counts"] == "model states only"
             assert out["largest_params"] == pytest.approx(printed, rel=0.025), (row.mp, stage)
     true = run_json(capsys, "estimate", "--largest", "--gpu", "V100-32GB", "--zero", "0")
-    assert true["largest_params"] == 32 * 2**30 // 16  # the true capacity: 32 GiB
+    assert true["largest_params"] == 32510 * 2**20 // 16  # the true capacity: 32,510 MiB as nvidia-smi reports
 
 
 def test_largest_unbounded_when_everything_is_offloaded(capsys):

@@ -10,11 +10,8 @@ stage 3), and ZeRO-Infinity on ZeRO-3 (Rajbhandari et al., SC 2021: every state 
 layers of 16-bit weights in flight on the GPU).
 
 Step time is ``steptime`` (kernels from a roofline of the shapes, the schedule's bubble, each
-collective once with the overlap the real systems achieve, Adam, offload traffic). Money is
-GPU-hours at the catalogue's cloud price where it has one (rented), else the purchase price
-amortised (owned, ``economics.capital``); energy and carbon are ``economics.energy.step_energy``
-times the site's PUE and the grid's intensity (``economics.grid``), or unknown, with the reason,
-for a GPU without energy figures.
+collective once with the overlap the real systems achieve, Adam, offload traffic). Dollars,
+energy, carbon and the field's units (tokens/s, TFLOP/s, MFU) are ``pricing``'s.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from functools import lru_cache
 from labkit import hardware
 from labkit.advisor import steptime
 from labkit.advisor.machine import DEFAULT_HEADROOM, Machine, machine
-from labkit.economics import capital, energy, grid
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import GB, transfer_time
 from labkit.predict import attention as attn
@@ -38,7 +34,7 @@ from labkit.reduction.design import optimizer_state_bytes
 from labkit.shapes import ModelShape
 
 __all__ = ["DEFAULT_HEADROOM", "GOALS", "OFFLOADS", "OFFLOAD_MODELS", "OFFLOAD_STAGE", "TIMES", "Layout", "Machine",
-           "Plan", "machine", "memory", "offload_model", "price", "step_times"]
+           "Plan", "machine", "memory", "offload_model", "step_times"]
 
 OFFLOADS = ("none", "dram", "nvme")
 OFFLOAD_MODELS = {"dram": om.ZERO_OFFLOAD, "nvme": om.ZERO_INFINITY}
@@ -113,7 +109,8 @@ class Layout:
 
 
 GOALS = ("fit", "fastest", "cheapest", "greenest")
-GOAL_METRIC = {"fit": "memory_bytes", "fastest": "step_s", "cheapest": "usd", "greenest": "kg_co2"}
+# "fit": does it fit, and the fastest plan that does
+GOAL_METRIC = {"fit": "step_s", "fastest": "step_s", "cheapest": "usd", "greenest": "kg_co2"}
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ class Plan:
     layout: Layout
     feasible: bool
     reason: str
-    rule: str = ""  # the first rule broken (``search.RULES``), "" when kept
+    rule: str = ""  # the first rule broken (``rules.RULES``), "" when kept
     microbatches: int = 0
     memory: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     usable_bytes: float = 0.0
@@ -140,10 +137,41 @@ class Plan:
     usd_basis: str = ""
     energy_note: str = ""
     shortfall: float = 0.0  # how far from fitting: the worst place's need over what it holds, minus 1
+    tokens: float = 0.0  # tokens per step (global batch x seq)
+    model_flops: float = 0.0  # per step, the model's forward and backward without recompute
+    hardware_flops: float = 0.0  # per step with what recompute repeats (as Megatron counts them)
+    peak_flops: float = 0.0  # one GPU's dense peak at the plan's precision
+    framework: str = ""  # the profile it was priced under (``profiles``)
 
     @property
     def memory_bytes(self) -> float:
         return self.memory.get("total", math.inf)
+
+    def _per_gpu_s(self, amount: float) -> float | None:
+        ok = amount and math.isfinite(self.step_s) and self.step_s > 0
+        return amount / (self.step_s * self.layout.gpus) if ok else None
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        return self._per_gpu_s(self.tokens)
+
+    @property
+    def model_tflops_per_gpu(self) -> float | None:
+        """Model TFLOP/s per GPU (no recompute FLOPs): the unit of MFU and of llm-foundry's tables."""
+        v = self._per_gpu_s(self.model_flops)
+        return None if v is None else v / 1e12
+
+    @property
+    def hardware_tflops_per_gpu(self) -> float | None:
+        """TFLOP/s per GPU with recompute FLOPs counted, as Narayanan et al. 2021 (equation 3) count them."""
+        v = self._per_gpu_s(self.hardware_flops)
+        return None if v is None else v / 1e12
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation: model FLOP/s per GPU over its dense peak (Chowdhery et al. 2022, PaLM)."""
+        v = self._per_gpu_s(self.model_flops)
+        return None if v is None or not self.peak_flops else v / self.peak_flops
 
     def metric(self, goal: str) -> float:
         require_choice("goal", goal, GOALS)
@@ -154,7 +182,9 @@ class Plan:
         """The plan in people's units: GB (1e9 bytes), seconds, USD, kWh and kg CO2 per step (None: unknown)."""
         out = {"plan": self.layout.label, "gpus": self.layout.gpus, "m": self.microbatches,
                "memory_gb": self.memory_bytes / GB, "step_s": self.step_s, "usd": self.usd,
-               "kwh": None if self.energy_j is None else self.energy_j / 3.6e6, "kg_co2": self.kg_co2}
+               "kwh": None if self.energy_j is None else self.energy_j / 3.6e6, "kg_co2": self.kg_co2,
+               "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "model_tflops_per_gpu": self.model_tflops_per_gpu,
+               "mfu": self.mfu}
         return out | {"kept": self.feasible, "reason": self.reason}
 
 
@@ -249,46 +279,3 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
                           + out["nvme_write"] / (mc.ssd.write_bandwidth * drives))
         out["offload"] = max(pcie_s, nvme_s) + out["cpu"]
     return out
-
-
-@lru_cache(maxsize=16)
-def _rates(gpu: str, host: str, dram: str, ssd: str) -> energy.Rates:
-    return energy.rates(gpu, host, dram, ssd)
-
-
-def usd_basis(mc: Machine) -> str:
-    """"rented" at the catalogue's cloud price per GPU-hour, else "owned" (purchase price amortised)."""
-    return "rented" if mc.cluster.device.cloud_usd_per_hour is not None else "owned"
-
-
-def energy_missing(mc: Machine) -> str:
-    """Why energy and carbon are unknown on this machine ("" when they are known)."""
-    dev = mc.cluster.device
-    if dev.memory_energy_j_per_bit is None:
-        return (f"unknown: the catalogue has no memory_energy_pj_per_bit for {dev.name}, so the HBM/GDDR part of "
-                f"the energy model has no figure")
-    return ""
-
-
-def price(shape: ModelShape, global_batch: int, lay: Layout, mc: Machine, t: dict[str, float],
-          acts_per_gpu: float) -> tuple[float, float, float | None, float | None]:
-    """(step seconds, USD, facility joules, kg CO2) of one step with times ``t``; energy None when unknown."""
-    dev, n = mc.cluster.device, lay.gpus
-    step = sum(t[k] for k in TIMES)
-    m = microbatches(global_batch, lay)
-    usd = (capital.cloud_usd(n, step, dev.name) if usd_basis(mc) == "rented"
-           else capital.amortised_usd(n * dev.price_usd, step))
-    if energy_missing(mc):
-        return step, usd, None, None
-    e = PRECISIONS[lay.precision].weights
-    hbm = n * m * e * shape.params / (lay.tp * lay.pp) + 2 * acts_per_gpu * n  # weights read per micro-batch
-    hbm += (steptime.ADAM_BYTES[lay.optimizer_bits] + 4) * shape.params if lay.offload == "none" else 0.0
-    traffic = energy.StepTraffic(
-        gpus=n, hosts=math.ceil(n / mc.cluster.gpus_per_node), busy_s=t["compute"], stall_s=step - t["compute"],
-        host_busy_s=min(t["cpu"], step), hbm_bytes=hbm, pcie_bytes=n * t["pcie_bytes"], peer_bytes=n * t["peer_bytes"],
-        dram_bytes=2 * steptime.ADAM_BYTES[32] * shape.params if lay.offload != "none" else 0.0,
-        ssd_read_bytes=n * t["nvme_read"], ssd_write_bytes=n * t["nvme_write"])
-    ssd = mc.ssd.name if mc.ssd is not None else "NVMe-PCIe4"
-    it = energy.step_energy(traffic, _rates(dev.name, mc.host.name, mc.dram.name, ssd))
-    facility = it.facility_j(grid.pue(mc.pue))
-    return step, usd, facility, grid.carbon_kg(facility, grid.region(mc.region).value)

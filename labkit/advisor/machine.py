@@ -14,7 +14,7 @@ fragmentation it can leave; the CUDA context alone takes several hundred MB).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit import hardware
 from labkit.advisor.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile, profile
@@ -94,14 +94,18 @@ def _host_for(cat: hardware.Catalogue, gpu: str, host: str | None) -> Host:
 def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: str | None = None,
             host: str | None = None, dram: str | None = None, ssd: str | None = None,
             headroom: float = DEFAULT_HEADROOM, region: str = "world", network_ports: int | None = None,
-            framework: str = DEFAULT_FRAMEWORK) -> Machine:
+            framework: str = DEFAULT_FRAMEWORK, calibration: object | None = None) -> Machine:
     """``gpus`` GPUs of the catalogue in hosts of the catalogue (``host``, or the first built with ``gpu``).
 
     ``gpus_per_node`` defaults to the host's GPU slots (fewer when ``gpus`` is smaller); ``dram``,
     ``ssd``, ``inter_node`` (a network link of the catalogue) and ``network_ports`` (ports per host)
     override the host's own tiers and network; ``framework`` names the software profile (``profiles``).
+    ``calibration`` (a ``labkit.hardware.calibration.Calibration``, measured on the machine) replaces the
+    catalogue device by ``calibration.device(device)`` and the profile's launch cost by ``calibration.launch_s``.
     """
     prof = profile(framework)
+    if calibration is not None:
+        prof = replace(prof, launch_s=float(calibration.launch_s))
     require_positive("gpus", gpus)
     if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
         raise LabkitError(f"headroom must be a fraction in [0, 1) of GPU memory kept free (got {headroom!r})")
@@ -130,6 +134,8 @@ def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: s
         raise LabkitError(f"gpus must be at most {node} on host {h.name}: it has no network between hosts "
                           f"({h.note or 'none in the catalogue'}) (got {gpus})")
     cl = hardware.cluster(cat.gpu(gpu).name, node, gpus // node, net or "ib-hdr", cat)
+    if calibration is not None:
+        cl = replace(cl, device=calibration.device(cl.device))
     grid.region(region)
     dram_tier = cat.tier(dram or h.dram or "DDR4-3200")
     ssd_name = ssd or h.nvme

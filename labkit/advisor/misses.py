@@ -1,6 +1,6 @@
 """When nothing fits: how far the nearest plans are from fitting, and what would close the gap.
 
-A plan rejected for size alone (GPU memory, host DRAM, NVMe: ``search.FIT_RULES``) is short by a
+A plan rejected for size alone (GPU memory, host DRAM, NVMe: ``rules.FIT_RULES``) is short by a
 number of bytes somewhere. The closers named are the ones that change that number: a GPU of the
 catalogue that holds it, less headroom, more GPUs to shard over (ZeRO-3 divides the model states
 by the data-parallel GPUs; tensor and pipeline parallelism by t x p), a host with more DRAM or more

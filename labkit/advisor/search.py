@@ -1,9 +1,9 @@
 """The advisor: every layout of a model on a cluster, the rules that rule layouts out, and the ranking.
 
 ``advise`` enumerates (dp, tp, pp) whose product is the GPU count, then micro-batch, ZeRO stage,
-recompute, offload, precision and 8-bit Adam states, judges each with :func:`check` (the rules
-below, then the memory) and prices the kept ones with ``costing``. Rules, each a published
-constraint:
+recompute, offload, precision and 8-bit Adam states, judges each with the rules of ``rules``
+(then the memory) and prices the kept ones with ``costing``.
+The rules, each a published constraint:
 
 * tp divides the heads (Megatron splits attention by head) and stays inside a node, where the
   GPUs share NVLink: its all-reduces run twice per block and would crawl over the network;
@@ -30,10 +30,11 @@ import itertools
 from dataclasses import dataclass, replace
 
 from labkit import hardware
-from labkit.advisor import costing
-from labkit.advisor.costing import GOALS, OFFLOAD_STAGE, OFFLOADS, Layout, Machine, Plan
+from labkit.advisor import costing, pricing
+from labkit.advisor.costing import GOALS, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
 from labkit.advisor.profiles import DEFAULT_FRAMEWORK
+from labkit.advisor.rules import FIT_RULES, layout_problem, memory_problems, option_problem, shortfall
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import GB
 from labkit.predict.estimate import RECOMPUTE
@@ -51,70 +52,6 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-RULES = ("gpus", "tp-heads", "tp-node", "pp-layers", "memory", "host-dram", "nvme", "batch", "schedule",
-         "zero-pipeline", "offload")
-FIT_RULES = ("memory", "host-dram", "nvme")  # broken by size alone: a bigger machine would close the gap
-
-
-def layout_problem(shape: ModelShape, lay: Layout, mc: Machine) -> tuple[str, str]:
-    """(rule, why) a layout cannot be built at all, whatever its options; ("", "") when it can."""
-    dev, node = mc.cluster.device, mc.cluster.gpus_per_node
-    name = "NVLink" if dev.nvlink else "PCIe"
-    if dev.nvlink:  # the NVLink/NVSwitch domain: the host's where it says, else the GPU's (8 on a DGX)
-        node = min(node, mc.host.nvlink_domain_gpus or dev.nvlink_domain_gpus)
-    if lay.gpus != mc.cluster.n_gpus:
-        return "gpus", f"dp x tp x pp = {lay.gpus}, not the {mc.cluster.n_gpus} GPUs of the cluster"
-    if shape.heads % lay.tp:
-        return "tp-heads", f"tp={lay.tp} does not divide the {shape.heads} attention heads"
-    if lay.tp > node:
-        return "tp-node", f"tp={lay.tp} crosses the {node}-GPU {name} domain of a node"  # over the network
-    if shape.layers % lay.pp:
-        return "pp-layers", f"pp={lay.pp} does not divide the {shape.layers} layers"
-    return "", ""
-
-
-def option_problem(lay: Layout) -> tuple[str, str]:
-    """(rule, why) the engines do not offer this combination of options; ("", "") when they do."""
-    if lay.pp > 1 and lay.zero_stage >= 2:
-        return "zero-pipeline", (f"ZeRO-{lay.zero_stage} shards gradients, which pipeline parallelism "
-                                 f"(pp={lay.pp}) needs whole")
-    if lay.offload != "none":
-        stages = (2, 3) if lay.offload == "dram" else (OFFLOAD_STAGE[lay.offload],)
-        if lay.zero_stage not in stages:
-            return "offload", (f"offload to {lay.offload} runs on ZeRO-{' or ZeRO-'.join(map(str, stages))} "
-                               f"(got ZeRO-{lay.zero_stage})")
-        if lay.precision != "bf16-mixed" or lay.optimizer_bits != 32:
-            return "offload", f"offload to {lay.offload} keeps 16-bit weights and 32-bit Adam on the CPU"
-    return "", ""
-
-
-def _memory_problems(mem: dict[str, float], mc: Machine) -> list[tuple[str, str]]:
-    usable, node, out = mc.usable_bytes, mc.cluster.gpus_per_node, []
-    cap = mc.cluster.device.memory_bytes
-    if mem["total"] > usable:
-        out.append(("memory", f"needs {mem['total'] / GB:,.1f} GB per GPU, holds {usable / GB:,.1f} "
-                              f"({100 * mc.usable_fraction:.0f}% of {cap / GB:.1f} GB, {cap / 2**30:.0f} GiB)"))
-    if mem["dram"] * node > mc.dram_bytes:
-        out.append(("host-dram", f"needs {mem['dram'] * node / GB:,.0f} GB of host DRAM per host, "
-                                 f"{mc.host.name} has {mc.dram_bytes / GB:,.0f}"))
-    if mem["nvme"] * node > mc.nvme_bytes:
-        drives = (f"{mc.ssds_per_server} x {mc.ssd.capacity_bytes / 1e12:g} TB drive"
-                  + ("s" if mc.ssds_per_server != 1 else "") if mc.ssd else "no NVMe")
-        out.append(("nvme", f"needs {mem['nvme'] * node / GB:,.0f} GB of NVMe per host, {mc.host.name} has "
-                            f"{mc.nvme_bytes / GB:,.0f} ({drives})"))
-    return out
-
-
-def shortfall(mem: dict[str, float], mc: Machine) -> float:
-    """How far a plan is from fitting, as a fraction of what it may use (0 when it fits): the worst place."""
-    node = mc.cluster.gpus_per_node
-    worst = max(0.0, mem["total"] / mc.usable_bytes - 1)
-    for need, have in ((mem["dram"] * node, mc.dram_bytes), (mem["nvme"] * node, mc.nvme_bytes)):
-        if need > have:
-            worst = max(worst, need / have - 1 if have else float("inf"))
-    return worst
-
-
 def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine, priced: bool = False) -> Plan:
     """Judge one layout: rejected with every rule it breaks (memory first), or kept with its time, cost, carbon.
 
@@ -125,7 +62,7 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
         return Plan(lay, False, why, rule)
     m = costing.microbatches(global_batch, lay)
     mem = costing.memory(shape, seq, lay, m)
-    problems = _memory_problems(mem, mc)
+    problems = memory_problems(mem, mc)
     if global_batch % (lay.dp * lay.micro_batch):
         problems.append(("batch", f"global batch {global_batch} does not split into dp={lay.dp} x "
                                   f"micro-batch {lay.micro_batch}"))
@@ -141,14 +78,15 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
         return Plan(lay, False, "; ".join(w for _, w in problems), problems[0][0], m, mem, mc.usable_bytes,
                     shortfall=shortfall(mem, mc))
     t = costing.step_times(shape, seq, global_batch, lay, mc)
-    step, usd, joules, kg = costing.price(shape, global_batch, lay, mc, t, mem["activations"])
+    step, usd, joules, kg = pricing.price(shape, global_batch, lay, mc, t, mem["activations"])
+    units = pricing.units(shape, seq, global_batch, lay, mc)
     if problems:
         return Plan(lay, False, "; ".join(w for _, w in problems), problems[0][0], m, mem, mc.usable_bytes,
-                    {k: t[k] for k in costing.TIMES}, step, usd, joules, kg, costing.usd_basis(mc),
-                    costing.energy_missing(mc), shortfall(mem, mc))
+                    {k: t[k] for k in costing.TIMES}, step, usd, joules, kg, pricing.usd_basis(mc),
+                    pricing.energy_missing(mc), shortfall(mem, mc), **units)
     why = f"fits with {(mc.usable_bytes - mem['total']) / GB:,.1f} GB to spare; step {step:,.4g} s"
     return Plan(lay, True, why, "", m, mem, mc.usable_bytes, {k: t[k] for k in costing.TIMES}, step, usd, joules, kg,
-                costing.usd_basis(mc), costing.energy_missing(mc))
+                pricing.usd_basis(mc), pricing.energy_missing(mc), **units)
 
 
 def layouts(n_gpus: int, global_batch: int, micro_batches: tuple[int, ...] = MICRO_BATCHES
@@ -192,6 +130,7 @@ class Advice:
     energy_note: str = ""
     headroom: float = costing.DEFAULT_HEADROOM
     gaps: tuple[tuple[Plan, str], ...] = ()  # when nothing fits: the nearest misses and what would close them
+    framework: str = ""  # the profile every plan was priced under (``profiles``)
 
     def nearest_misses(self, k: int = 3) -> list[Plan]:
         """The ``k`` rejected plans closest to fitting (rules of size alone), smallest shortfall first."""
@@ -206,7 +145,7 @@ class Advice:
         """The kept plans whose goal metric is within ``within`` (relative) of the best: no model is that exact."""
         if not self.kept:
             return []
-        best = self.kept[0].metric(self.goal)
+        best = min(p.metric(self.goal) for p in self.kept)
         return [p for p in self.kept if p.metric(self.goal) <= best * (1 + within)]
 
     @property
@@ -231,11 +170,12 @@ class Advice:
 def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", gpus: int = 8, goal: str = "fastest",
            seq: int = 0, gpus_per_node: int | None = None, machine: Machine | None = None, host: str | None = None,
            headroom: float = costing.DEFAULT_HEADROOM, fixed: dict | None = None, framework: str | None = None,
-           network: str | None = None, network_ports: int | None = None) -> Advice:
+           network: str | None = None, network_ports: int | None = None, calibration: object | None = None) -> Advice:
     """Search every plan of ``model`` on ``gpus`` GPUs for ``goal`` (fit, fastest, cheapest, greenest).
 
-    ``fit`` ranks by memory per GPU (most room first), the others by step seconds, USD and kg CO2 per
-    step. With every plan on the same GPU count at one hourly price, ``cheapest`` follows ``fastest``;
+    ``fit`` answers "does it fit, and the fastest plan that does" (step seconds), the others rank by step
+    seconds, USD and kg CO2 per step; near-ties go to the simpler plan (:func:`simpler_first`). With every
+    plan on the same GPU count at one hourly price, ``cheapest`` follows ``fastest``;
     ``greenest`` differs, because a stalled GPU draws less than a computing one, and needs the GPU's
     energy figures. ``fixed`` holds layout fields the caller chose (``{"tp": 8, "recompute": "full"}``):
     the search keeps them; with dp, tp and pp all fixed, that layout is also priced as given
@@ -248,10 +188,11 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     seq = seq or shape.seq
     require_positive("seq", seq)
     mc = machine or costing.machine(gpu, gpus, gpus_per_node, network, host=host, headroom=headroom,
-                                    network_ports=network_ports, framework=framework or DEFAULT_FRAMEWORK)
-    if goal == "greenest" and costing.energy_missing(mc):
+                                    network_ports=network_ports, framework=framework or DEFAULT_FRAMEWORK,
+                                    calibration=calibration)
+    if goal == "greenest" and pricing.energy_missing(mc):
         with_figures = [g.name for g in hardware.load_catalogue().gpus if g.memory_energy_j_per_bit is not None]
-        raise LabkitError(f"goal greenest needs energy figures: {costing.energy_missing(mc)}; GPUs with them: "
+        raise LabkitError(f"goal greenest needs energy figures: {pricing.energy_missing(mc)}; GPUs with them: "
                           f"{', '.join(with_figures)}")
     fixed = dict(fixed or {})
     unknown = sorted(set(fixed) - set(SEARCHED) - set(FIXED_ONLY))
@@ -279,12 +220,29 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
             plan = evaluate(shape, seq, global_batch, lay, mc)
             (kept if plan.feasible else rejected).append(plan)
     kept.sort(key=lambda p: (p.metric(goal), p.step_s, p.layout.label))
+    kept = simpler_first(kept, goal)
     adv = Advice(shape.name, mc.cluster.device.name, mc.cluster.n_gpus, global_batch, seq, goal, tuple(kept),
-                 tuple(rejected), exact, mc.host.name, mc.limits(), costing.usd_basis(mc), costing.energy_missing(mc),
+                 tuple(rejected), exact, mc.host.name, mc.limits(), pricing.usd_basis(mc), pricing.energy_missing(mc),
                  mc.headroom)
     misses = [exact] if exact is not None and exact.rule in FIT_RULES else []
     misses += [] if kept else [p for p in adv.nearest_misses() if p is not exact]
-    return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses))
+    return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses), framework=mc.profile.name)
+
+
+def complexity(lay: Layout) -> tuple:
+    """What a plan asks of its user, least first: 8-bit states, offload, parallel dimensions, ZeRO stage,
+    recompute, interleaving. Among near-ties the simpler plan goes first."""
+    return (lay.optimizer_bits == 8, lay.offload != "none", sum(d > 1 for d in (lay.dp, lay.tp, lay.pp)),
+            lay.zero_stage, lay.recompute != "none", lay.chunks, not lay.sp)
+
+
+def simpler_first(ranked: list[Plan], goal: str, within: float = TIE_WITHIN) -> list[Plan]:
+    """``ranked`` (best first) with the plans tied with the best (within ``within``) ordered simplest first."""
+    if not ranked:
+        return ranked
+    best = ranked[0].metric(goal)
+    ties = [p for p in ranked if p.metric(goal) <= best * (1 + within)]
+    return sorted(ties, key=lambda p: (complexity(p.layout), p.metric(goal))) + ranked[len(ties):]
 
 
 def _valid_extras(extras: dict, pp: int) -> dict:

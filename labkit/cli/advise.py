@@ -14,6 +14,7 @@ import argparse
 import json
 from dataclasses import replace
 
+from labkit.advisor.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.cli.common import parse_int
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, require_choice
@@ -117,6 +118,18 @@ def _headroom(text: str) -> float:
     return value
 
 
+def _calibration(path: str | None) -> object | None:
+    """A calibration file measured on the machine (``labkit.hardware.calibration``), read without running code."""
+    if path is None:
+        return None
+    try:
+        from labkit.hardware import calibration
+    except ImportError:
+        raise LabkitError(f"calibration needs labkit.hardware.calibration, which this labkit lacks (got {path!r})") \
+            from None
+    return calibration.load(path)
+
+
 def advise(a: argparse.Namespace) -> tuple[str, int]:
     """``labkit advise``: (text or JSON, exit status)."""
     from labkit.advisor.report import advice_json, advice_text
@@ -135,10 +148,13 @@ def advise(a: argparse.Namespace) -> tuple[str, int]:
     fixed = _layout(a, shape, batch)
     gpus = _gpus(a, fixed)
     per_node = parse_int("gpus_per_node", a.gpus_per_node) if a.gpus_per_node is not None else None
+    ports = parse_int("network_ports", a.network_ports) if a.network_ports is not None else None
+    tokens = parse_int("tokens", a.tokens) if a.tokens is not None else None
     adv = search(shape, batch, a.gpu, gpus, a.goal, seq=seq, gpus_per_node=per_node, host=a.host,
-                 headroom=_headroom(a.headroom), fixed=fixed)
+                 headroom=_headroom(a.headroom), fixed=fixed, framework=require_choice("framework", a.framework,
+                 FRAMEWORKS), network=a.network, network_ports=ports, calibration=_calibration(a.calibration))
     fits = adv.exact.feasible if adv.exact is not None else bool(adv.kept)
-    out = json.dumps(advice_json(adv, top), indent=2) if a.json else advice_text(adv, top)
+    out = json.dumps(advice_json(adv, top, tokens), indent=2) if a.json else advice_text(adv, top, tokens)
     return out, 0 if fits else 1
 
 
@@ -165,6 +181,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--sp", help="sequence parallelism with tp > 1: on (default), off")
     adv.add_argument("--attention", help="fused (default: FlashAttention/sdpa; also flash, sdpa), explicit "
                      "(s x s scores in memory; also eager)")
+    adv.add_argument("--framework", default=DEFAULT_FRAMEWORK, help=", ".join(FRAMEWORKS) + " (default "
+                     f"{DEFAULT_FRAMEWORK}): the kernel and overlap assumptions every plan is priced with")
+    adv.add_argument("--network", help="the link between hosts (default: the host's): ib-hdr, ib-ndr, roce-400, "
+                     "ethernet-100, omnipath-100, or any catalogue link between hosts")
+    adv.add_argument("--network-ports", dest="network_ports", help="network ports per host (default: the host's)")
+    adv.add_argument("--tokens", help="a whole training run: tokens to train on -> days, GPU-hours, USD, energy")
+    adv.add_argument("--calibration", help="a calibration file measured on your GPU (labkit.hardware.calibration)")
     adv.add_argument("--top", default="5", help="plans to show (default 5)")
     adv.add_argument("--json", action="store_true", help="print the plans as JSON (bytes, seconds, USD, J, kg)")
     adv.set_defaults(run=run)
