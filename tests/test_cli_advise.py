@@ -107,7 +107,8 @@ BAD = [
     (["--gpus", "1024", "--dp", "8", "--tp", "8", "--pp", "8"],
      "dp x tp x pp must equal --gpus 1024 (got 8 x 8 x 8 = 512)"),
     (["--tp", "5"], "tp must divide the 96 attention heads: one of 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96 (got 5)"),
-    (["--pp", "7"], "pp must divide the 96 layers: one of"),
+    (["--pp", "7"], "pp must divide the 96 layers (one of 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96), or give "
+                    "--first-stage-layers and --last-stage-layers (balanced: "),
     (["--zero", "4"], "zero must be one of 0, 1, 2, 3 (got 4)"),
     (["--zero", "-1"], "zero must be one of 0, 1, 2, 3"),
     (["--recompute", "half"], "recompute must be one of none, selective, full (got 'half')"),

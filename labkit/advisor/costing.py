@@ -17,11 +17,11 @@ energy, carbon and the field's units (tokens/s, TFLOP/s, MFU) are ``pricing``'s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from labkit import hardware
-from labkit.advisor import steptime
+from labkit.advisor import stages, steptime
 from labkit.advisor.machine import DEFAULT_HEADROOM, Machine, machine
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import GB, transfer_time
@@ -71,6 +71,8 @@ class Layout:
     chunks: int = 1
     sp: bool = True  # sequence parallelism whenever tp > 1 (it saves memory and moves no extra bytes)
     attention: str = attn.DEFAULT  # "fused": FlashAttention, no s x s matrix in HBM; "explicit": scores held
+    first_stage_layers: int = 0  # 0: an even (or balanced) split (``stages``)
+    last_stage_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "micro_batch", "chunks"):
@@ -82,6 +84,7 @@ class Layout:
         require_choice("optimizer_bits", self.optimizer_bits, OPTIMIZER_BITS)
         require_choice("schedule", self.schedule, SCHEDULES)
         object.__setattr__(self, "attention", attn.attention_kind(self.attention))  # any spelling, one name
+        stages.check(self.first_stage_layers, self.last_stage_layers)
         if self.chunks > 1 and self.schedule != "interleaved":
             raise LabkitError(f"chunks must be 1 unless schedule is interleaved (got chunks={self.chunks} with "
                               f"schedule {self.schedule})")
@@ -89,6 +92,14 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
+
+    @property
+    def uneven(self) -> bool:
+        return bool(self.first_stage_layers or self.last_stage_layers)
+
+    def stage_layers(self, layers: int) -> tuple[int, ...]:
+        """Layers on each pipeline stage (``stages.split``)."""
+        return stages.split(layers, self.pp, self.first_stage_layers, self.last_stage_layers)
 
     @property
     def seq_parallel(self) -> bool:
@@ -105,6 +116,8 @@ class Layout:
         parts += ["8-bit Adam"] if self.optimizer_bits == 8 else []
         parts += ["no SP"] if self.tp > 1 and not self.sp else []
         parts += ["explicit attention"] if self.attention == "explicit" else []
+        parts += [f"first/last stage {self.first_stage_layers or self.last_stage_layers}/"
+                  f"{self.last_stage_layers or self.first_stage_layers} layers"] if self.uneven else []
         return ", ".join(parts)
 
 
@@ -142,6 +155,7 @@ class Plan:
     hardware_flops: float = 0.0  # per step with what recompute repeats (as Megatron counts them)
     peak_flops: float = 0.0  # one GPU's dense peak at the plan's precision
     framework: str = ""  # the profile it was priced under (``profiles``)
+    stage_split: str = ""  # layers per pipeline stage, for people ("5 + 10 x 6 + 5")
 
     @property
     def memory_bytes(self) -> float:
@@ -199,6 +213,8 @@ def _estimate(shape: ModelShape, seq: int, dp: int, tp: int, pp: int, b: int, m:
 
 def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]:
     """Bytes per GPU by category (parameters, gradients, optimizer, activations, total) and off the GPU."""
+    widest = max(lay.stage_layers(shape.layers))  # every stage priced as the largest one: a bound
+    shape = shape if widest * lay.pp == shape.layers else replace(shape, layers=widest * lay.pp)
     mem = dict(_estimate(shape, seq, lay.dp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,
                          lay.precision, lay.seq_parallel, lay.schedule, lay.chunks, lay.attention))
     psi = shape.params
@@ -243,9 +259,11 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     e = PRECISIONS[lay.precision].weights
     m, ln = microbatches(global_batch, lay), links(lay, mc)
     prof = mc.profile
-    k = compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
-                              lay.attention == "fused", lay.recompute, prof.launch_per_layer_s,
-                              gemm_efficiency=prof.gemm_efficiency)
+    counts = lay.stage_layers(shape.layers)
+    k = max((compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
+                                   lay.attention == "fused", lay.recompute, prof.launch_per_layer_s, n,
+                                   prof.gemm_efficiency, logits=i == len(counts) - 1)
+             for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
     kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
     tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
     pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e, prof.p2p_sync_s)

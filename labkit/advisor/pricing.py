@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from labkit.advisor import steptime
+from labkit.advisor import stages, steptime
 from labkit.advisor.costing import TIMES, Layout, microbatches
 from labkit.advisor.machine import Machine
 from labkit.economics import capital, energy, grid
@@ -26,7 +26,8 @@ def units(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machi
     dtype = "fp32" if lay.precision == "fp32" else "bf16"
     return {"tokens": float(global_batch * seq), "model_flops": training_flops(shape, seq, global_batch),
             "hardware_flops": training_flops(shape, seq, global_batch, lay.recompute),
-            "peak_flops": mc.cluster.device.peak_flops[dtype], "framework": mc.profile.name}
+            "peak_flops": mc.cluster.device.peak_flops[dtype], "framework": mc.profile.name,
+            "stage_split": stages.label(lay.stage_layers(shape.layers))}
 
 
 @lru_cache(maxsize=16)

@@ -71,6 +71,7 @@ def breakdown_text(p: Plan) -> str:
         parts = ", ".join(f"{k} {p.times[k]:,.3g}" for k in TIMES if p.times.get(k))
         lines.append(f"  step {p.step_s:,.4g} s = {parts} (s)")
         lines.append(units_text(p))
+        lines += [f"  pipeline stages: {p.stage_split} layers"] if p.layout.pp > 1 and p.stage_split else []
     if p.memory:
         mem = ", ".join(f"{k} {p.memory[k] / GB:,.2f}" for k in MEMORY_PARTS)
         off = "".join(f", {k} {p.memory[k] / GB:,.1f} off the GPU" for k in ("dram", "nvme") if p.memory.get(k))
@@ -86,7 +87,7 @@ def plan_json(p: Plan, ties: list[Plan] | tuple[Plan, ...] = (), exact: bool = F
             "usd": _num(p.usd), "usd_basis": p.usd_basis, "energy_j": _num(p.energy_j), "kg_co2": _num(p.kg_co2),
             "energy_note": p.energy_note, "framework": p.framework, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
             "model_tflops_per_gpu": p.model_tflops_per_gpu, "hardware_tflops_per_gpu": p.hardware_tflops_per_gpu,
-            "mfu": p.mfu}
+            "mfu": p.mfu, "stage_layers": p.stage_split}
 
 
 def advice_json(a: Advice, top: int = 5, tokens: float | None = None) -> dict:
@@ -125,7 +126,9 @@ def advice_text(a: Advice, top: int = 5, tokens: float | None = None) -> str:
         lines += [""]
     ties = a.ties()
     if a.kept and top:
-        lines += ["the best plan: " + breakdown_text(a.kept[0])] + ([run_text(a.kept[0], tokens)] if tokens else [])
+        if a.exact is None or a.kept[0].layout != a.exact.layout:
+            lines += ["the best plan: " + breakdown_text(a.kept[0])]
+            lines += [run_text(a.kept[0], tokens)] if tokens else []
         lines += [plans_table(a.kept[:top], ties)]
         if len(ties) > 1 and top > 1:
             lines.append(f"(tie): within {TIE_WITHIN:.0%} of the best, closer than the model's accuracy")

@@ -4,6 +4,7 @@ from fitting: the layout alone, the options no engine offers, and the memory of 
 from __future__ import annotations
 
 from labkit.advisor.costing import OFFLOAD_STAGE, Layout, Machine
+from labkit.errors import LabkitError
 from labkit.hardware import GB
 from labkit.shapes import ModelShape
 
@@ -26,8 +27,10 @@ def layout_problem(shape: ModelShape, lay: Layout, mc: Machine) -> tuple[str, st
         return "tp-heads", f"tp={lay.tp} does not divide the {shape.heads} attention heads"
     if lay.tp > node:
         return "tp-node", f"tp={lay.tp} crosses the {node}-GPU {name} domain of a node"  # over the network
-    if shape.layers % lay.pp:
-        return "pp-layers", f"pp={lay.pp} does not divide the {shape.layers} layers"
+    try:
+        lay.stage_layers(shape.layers)
+    except LabkitError as err:
+        return "pp-layers", str(err)
     return "", ""
 
 

@@ -35,21 +35,21 @@ from labkit.advisor.costing import GOALS, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
 from labkit.advisor.profiles import DEFAULT_FRAMEWORK
 from labkit.advisor.rules import FIT_RULES, layout_problem, memory_problems, option_problem, shortfall
-from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.errors import LabkitError, divisors, require_choice, require_limit, require_positive
 from labkit.hardware import GB
 from labkit.predict.estimate import RECOMPUTE
 from labkit.shapes import ModelShape, model_shape
 
 MICRO_BATCHES = (1, 2, 4, 8)
 SEARCHED = ("dp", "tp", "pp", "micro_batch", "zero_stage", "recompute", "offload", "precision", "optimizer_bits")
-FIXED_ONLY = ("schedule", "chunks", "sp", "attention")  # not searched: the caller's choice or the default
+FIXED_ONLY = ("schedule", "chunks", "sp", "attention", "first_stage_layers", "last_stage_layers")  # not searched
 # Plans within 3% of the best are shown as ties: the step-time model matches published runs to about 15%
 # (Narayanan et al., SC 2021, Table 1, tests/test_advisor_calibration.py), so a smaller gap is not a ranking.
 TIE_WITHIN = 0.03
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return divisors(n)  # O(sqrt n)
 
 
 def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine, priced: bool = False) -> Plan:
@@ -69,9 +69,10 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
     elif lay.schedule == "interleaved" and m % lay.pp:
         problems.append(("schedule", f"the interleaved schedule needs the {m} micro-batches to be a multiple of "
                                      f"pp={lay.pp} (Megatron-LM)"))
-    if lay.schedule == "interleaved" and (shape.layers // lay.pp) % lay.chunks:
-        problems.append(("schedule", f"chunks={lay.chunks} does not divide the {shape.layers // lay.pp} layers of a "
-                                     f"pipeline stage"))
+    uneven = sorted({n for n in lay.stage_layers(shape.layers) if n % lay.chunks})
+    if lay.schedule == "interleaved" and uneven:
+        problems.append(("schedule", f"chunks={lay.chunks} does not divide the {uneven[0]} layers of a pipeline "
+                                     f"stage"))
     if option_problem(lay)[0]:
         problems.append(option_problem(lay))
     if problems and not priced:
@@ -183,7 +184,8 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     ``profiles``) build the machine (``machine.machine``).
     """
     require_choice("goal", goal, GOALS)
-    require_positive("global_batch", global_batch)
+    require_limit("global_batch", require_positive("global_batch", global_batch))
+    require_limit("gpus", require_positive("gpus", gpus))
     shape = model if isinstance(model, ModelShape) else model_shape(model)
     seq = seq or shape.seq
     require_positive("seq", seq)
@@ -246,7 +248,9 @@ def simpler_first(ranked: list[Plan], goal: str, within: float = TIE_WITHIN) -> 
 
 
 def _valid_extras(extras: dict, pp: int) -> dict:
-    """The caller's schedule choices, dropped where a searched layout has no pipeline to interleave."""
-    if pp == 1 and extras.get("schedule") == "interleaved":
-        return {k: v for k, v in extras.items() if k not in ("schedule", "chunks")}
-    return extras
+    """The caller's schedule and stage choices, dropped where a searched layout has no pipeline to apply them to."""
+    if pp > 1:
+        return extras
+    drop = {"first_stage_layers", "last_stage_layers"}
+    drop |= {"schedule", "chunks"} if extras.get("schedule") == "interleaved" else set()
+    return {k: v for k, v in extras.items() if k not in drop}

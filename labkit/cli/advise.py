@@ -14,6 +14,7 @@ import argparse
 import json
 from dataclasses import replace
 
+from labkit.advisor import stages
 from labkit.advisor.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.cli.common import parse_int
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
@@ -21,7 +22,7 @@ from labkit.errors import LabkitError, require_choice
 from labkit.predict.attention import attention_kind
 from labkit.shapes import ModelShape
 
-LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks")
+LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")
 CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
            "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32"), "sp": ("on", "off")}
 
@@ -70,16 +71,17 @@ def _layout(a: argparse.Namespace, shape: ModelShape, batch: int) -> dict:
     if shape.heads % fixed.get("tp", 1):
         raise LabkitError(f"tp must divide the {shape.heads} attention heads: one of {_divisors(shape.heads)} "
                           f"(got {fixed['tp']})")
-    if shape.layers % fixed.get("pp", 1):
-        raise LabkitError(f"pp must divide the {shape.layers} layers: one of {_divisors(shape.layers)} "
-                          f"(got {fixed['pp']})")
+    if ("first_stage_layers" in fixed or "last_stage_layers" in fixed) and "pp" not in fixed:
+        raise LabkitError("first_stage_layers and last_stage_layers need --pp (the pipeline stages they split)")
+    counts = stages.split(shape.layers, fixed.get("pp", 1), fixed.get("first_stage_layers", 0),
+                          fixed.get("last_stage_layers", 0)) if "pp" in fixed else (shape.layers,)
     if fixed.get("chunks", 1) > 1:
         if fixed.get("schedule") != "interleaved":
             raise LabkitError(f"chunks must be 1 unless --schedule interleaved (got {fixed['chunks']})")
-        per_stage = shape.layers // fixed.get("pp", 1)
-        if per_stage % fixed["chunks"]:
-            raise LabkitError(f"chunks must divide the {per_stage} layers of a pipeline stage: one of "
-                              f"{_divisors(per_stage)} (got {fixed['chunks']})")
+        for per_stage in sorted(set(counts)):
+            if per_stage % fixed["chunks"]:
+                raise LabkitError(f"chunks must divide the {per_stage} layers of a pipeline stage: one of "
+                                  f"{_divisors(per_stage)} (got {fixed['chunks']})")
     if "dp" in fixed:
         if batch % fixed["dp"]:
             raise LabkitError(f"dp must divide the global batch {batch}: one of {_divisors(batch)} (got {fixed['dp']})")
@@ -171,7 +173,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--headroom", default="0.1", help="share of GPU memory kept free (default 0.1, i.e. 10%%)")
     for flag, what in (("dp", "data-parallel GPUs"), ("tp", "tensor-parallel GPUs (divides the heads)"),
                        ("pp", "pipeline stages (divides the layers)"), ("micro-batch", "sequences per micro-batch"),
-                       ("chunks", "model chunks per GPU, v, of the interleaved schedule")):
+                       ("chunks", "model chunks per GPU, v, of the interleaved schedule"),
+                       ("first-stage-layers", "layers on the first pipeline stage (with --pp; Megatron's "
+                        "--decoder-first-pipeline-num-layers)"),
+                       ("last-stage-layers", "layers on the last pipeline stage (with --pp)")):
         adv.add_argument(f"--{flag}", dest=flag.replace("-", "_"), help=what)
     adv.add_argument("--zero", help="ZeRO stage: 0, 1, 2, 3")
     adv.add_argument("--recompute", help="none, selective, full")

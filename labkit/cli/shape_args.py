@@ -20,12 +20,20 @@ def add_shape_flags(p: argparse.ArgumentParser) -> None:
     for flag in ("layers", "hidden", "heads", "vocab", "ffn"):
         p.add_argument(f"--{flag}", help="custom shape (ffn optional, default 4*hidden)")
     p.add_argument("--seq", help="sequence length (overrides a preset's context length)")
+    p.add_argument("--gated", action="store_true", help="custom shape: a gated (SwiGLU) MLP, three matrices")
+    p.add_argument("--untied", action="store_true", help="custom shape: output layer not tied to the embedding")
+    p.add_argument("--norm", help="custom shape: rms (RMSNorm, no biases, rotary positions: Llama-style) or layer "
+                   "(LayerNorm, the default)")
 
 
 def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
     """The preset, the custom shape, or None for ``--params`` (exactly one must be given)."""
     custom = {f: getattr(a, f) for f in ("layers", "hidden", "heads", "vocab", "ffn") if getattr(a, f)}
     hf = getattr(a, "hf_config", None)
+    style = _style_flags(a)
+    if style and not custom:
+        raise LabkitError(f"{style[0]} is a custom-shape flag: give it with --layers --hidden --heads --vocab --seq, "
+                          f"not with --model, --hf-config or --params")
     if hf is not None:
         if a.params is not None or a.model or custom:
             raise LabkitError("hf_config must be given alone: not with --model, --params or the shape flags")
@@ -49,4 +57,15 @@ def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
         flags = ", ".join("--" + f for f in SHAPE_FLAGS)
         raise LabkitError(f"shape needs {flags} together (missing {', '.join(missing)})")
     sizes = {f: parse_int(f, given[f]) for f in SHAPE_FLAGS}
-    return ModelShape(name="custom", **sizes, ffn=parse_int("ffn", a.ffn, positive=False) if a.ffn else 0)
+    norm = {None: "layernorm", "layer": "layernorm", "rms": "rmsnorm"}.get(getattr(a, "norm", None))
+    if norm is None:
+        raise LabkitError(f"norm must be one of rms, layer (got {a.norm!r})")
+    llama = norm == "rmsnorm"  # RMSNorm families (Llama, Mistral, Qwen2) have no biases and rotary positions
+    return ModelShape(name="custom", **sizes, ffn=parse_int("ffn", a.ffn, positive=False) if a.ffn else 0,
+                      gated=bool(getattr(a, "gated", False)), tied=not getattr(a, "untied", False), norm=norm,
+                      bias=not llama, learned_pos=not llama)
+
+
+def _style_flags(a: argparse.Namespace) -> list[str]:
+    """The custom-shape style flags given (``--gated``, ``--untied``, ``--norm``)."""
+    return [f"--{f}" for f in ("gated", "untied", "norm") if getattr(a, f, None) not in (None, False)]

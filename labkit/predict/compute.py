@@ -129,13 +129,14 @@ RECOMPUTE_AGAIN = ("none", "selective", "full")
 def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: int, dev: Device, dtype: str = "bf16",
                   sp: bool = False, flash: bool = False, recompute: str = "none",
                   launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
-                  gemm_efficiency: float = GEMM_EFFICIENCY) -> dict[str, float]:
+                  gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
     the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022).
-    ``layers`` is that stage's layer count (default: an even split, layers / pp)."""
+    ``layers`` is that stage's layer count (default: an even split, layers / pp); ``logits`` whether it holds
+    the output layer (the last stage does)."""
     lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency)
     per_stage = shape.layers / pp if layers is None else layers
-    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency)
+    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency) if logits else 0.0
     again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]
     return {"forward": per_stage * lt.forward + logits, "backward": per_stage * lt.backward + 2 * logits,
             "recompute": per_stage * again}
