@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labkit.advisor import costing, search
+from labkit.advisor import costing, footprint, search
 from labkit.advisor.costing import GOALS, Layout
 from labkit.advisor.rules import RULES
 from labkit.advisor.search import advise, evaluate, layouts
@@ -83,12 +83,12 @@ def test_layouts_multiply_to_the_gpu_count():
 
 def test_offload_moves_states_off_the_gpu():
     shape = model_shape("llama2-7b")
-    base = costing.memory(shape, 4096, Layout(1, 1, 1), 1)
-    dram = costing.memory(shape, 4096, Layout(1, 1, 1, zero_stage=2, offload="dram"), 1)
-    nvme = costing.memory(shape, 4096, Layout(1, 1, 1, zero_stage=3, offload="nvme"), 1)
+    base = footprint.memory(shape, 4096, Layout(1, 1, 1), 1)
+    dram = footprint.memory(shape, 4096, Layout(1, 1, 1, zero_stage=2, offload="dram"), 1)
+    nvme = footprint.memory(shape, 4096, Layout(1, 1, 1, zero_stage=3, offload="nvme"), 1)
     assert dram["optimizer"] == dram["gradients"] == 0 and dram["dram"] == 14 * shape.params
     assert nvme["total"] < dram["total"] < base["total"] and nvme["nvme"] == 20 * shape.params  # ZeRO-Infinity, sec. 3
-    eight = costing.memory(shape, 4096, Layout(1, 1, 1, optimizer_bits=8), 1)
+    eight = footprint.memory(shape, 4096, Layout(1, 1, 1, optimizer_bits=8), 1)
     assert eight["optimizer"] == pytest.approx(base["optimizer"] * 6 / 12, rel=1e-3)
 
 

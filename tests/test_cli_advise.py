@@ -114,7 +114,7 @@ BAD = [
     (["--recompute", "half"], "recompute must be one of none, selective, full (got 'half')"),
     (["--schedule", "zb"], "schedule must be one of 1f1b, gpipe, interleaved (got 'zb')"),
     (["--offload", "tape"], "offload must be one of none, dram, nvme (got 'tape')"),
-    (["--precision", "fp8"], "precision must be one of bf16-mixed, fp32 (got 'fp8')"),
+    (["--precision", "fp4"], "precision must be one of bf16-mixed, fp32, fp8 (got 'fp4')"),
     (["--sp", "maybe"], "sp must be one of on, off"),
     (["--chunks", "2"], "chunks must be 1 unless --schedule interleaved (got 2)"),
     (["--pp", "16", "--schedule", "interleaved", "--chunks", "4"],

@@ -248,7 +248,7 @@ def test_roofline_time_simple_numbers() -> None:
     assert hw.roofline_time(0, 2.039e12, a100) == pytest.approx(1.0)
     assert hw.roofline_time(312e12, 2.039e12 / 2, a100) == pytest.approx(1.0)  # compute bound
     assert hw.roofline_time(19.5e12, 0, a100, dtype="fp32") == pytest.approx(1.0)
-    with pytest.raises(LabkitError, match=r"^dtype must be one of bf16, fp16, fp32 \(got 'int4'\)"):
+    with pytest.raises(LabkitError, match=r"^dtype must be one of bf16, fp16, fp32, tf32 \(got 'int4'\)"):
         hw.roofline_time(1, 1, a100, dtype="int4")
     with pytest.raises(LabkitError, match="flops"):
         hw.roofline_time(-1, 1, a100)

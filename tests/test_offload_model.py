@@ -97,7 +97,7 @@ def test_economics_agrees() -> None:
 
 
 def test_advisor_agrees() -> None:
-    from labkit.advisor import costing
+    from labkit.advisor import costing, footprint
     from labkit.shapes import model_shape
 
     models = getattr(costing, "OFFLOAD_MODELS", None)
@@ -108,7 +108,7 @@ def test_advisor_agrees() -> None:
     for name in ("dram", "nvme"):
         m = models[name]
         lay = costing.Layout(dp=n, tp=1, pp=1, zero_stage=m.zero_stage, offload=name)
-        mem = costing.memory(shape, seq, lay, 1)
+        mem = footprint.memory(shape, seq, lay, 1)
         gpu = om.working_bytes(shape.params_per_layer) if m.streams_layers else m.gpu_bytes_per_param(n) * psi
         assert mem["parameters"] == pytest.approx(gpu)
         assert mem["dram"] == pytest.approx(m.host_bytes_per_param * psi / n)

@@ -1,9 +1,7 @@
-"""One layout on one machine: memory per GPU, step time, dollars and carbon, from the validated models.
+"""One layout on one machine: the layout, the judged plan, and its step time, from the validated models.
 
-Memory is ``labkit.predict.estimate.estimate_memory`` (ZeRO, SC 2020; Korthikanti et al. 2022; 1F1B
-keeps p micro-batches and the interleaved schedule a little more, Narayanan et al. 2021), with
-two changes it does not model itself: 8-bit Adam moments (``reduction.design.optimizer_state_bytes``,
-Dettmers et al., ICLR 2022) and offload, whose bytes come from ``labkit.predict.offload_model``, the one
+Memory is ``footprint`` (``labkit.predict.estimate.estimate_memory`` with 8-bit Adam states and
+offload as corrections); offload's bytes come from ``labkit.predict.offload_model``, the one
 source the economics and offload modules use too (``OFFLOAD_MODELS``): ZeRO-Offload on ZeRO-2
 (Ren et al., ATC 2021), the same host side on ZeRO-3 (DeepSpeed's ``offload_optimizer`` with
 stage 3), and ZeRO-Infinity on ZeRO-3 (Rajbhandari et al., SC 2021: every state on NVMe, two
@@ -17,8 +15,7 @@ energy, carbon and the field's units (tokens/s, TFLOP/s, MFU) are ``pricing``'s.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from dataclasses import dataclass, field
 
 from labkit import hardware
 from labkit.advisor import stages, steptime
@@ -29,17 +26,18 @@ from labkit.predict import attention as attn
 from labkit.predict import collectives as coll
 from labkit.predict import compute
 from labkit.predict import offload_model as om
-from labkit.predict.estimate import PRECISIONS, RECOMPUTE, SCHEDULES, TrainingSetup, estimate_memory
-from labkit.reduction.design import optimizer_state_bytes
+from labkit.predict.estimate import PRECISIONS, RECOMPUTE, SCHEDULES
 from labkit.shapes import ModelShape
 
 __all__ = ["DEFAULT_HEADROOM", "GOALS", "OFFLOADS", "OFFLOAD_MODELS", "OFFLOAD_STAGE", "TIMES", "Layout", "Machine",
-           "Plan", "machine", "memory", "offload_model", "step_times"]
+           "Plan", "machine", "offload_model", "step_times"]
 
 OFFLOADS = ("none", "dram", "nvme")
 OFFLOAD_MODELS = {"dram": om.ZERO_OFFLOAD, "nvme": om.ZERO_INFINITY}
 OFFLOAD_STAGE = {"dram": 2, "nvme": 3}  # the stage each offload is published on (ZeRO-3 + DRAM also allowed)
-PLAN_PRECISIONS = ("bf16-mixed", "fp32")  # fp16-mixed holds and moves the same bytes as bf16-mixed
+# fp16-mixed holds and moves the same bytes as bf16-mixed; fp8: GEMMs at the FP8 peak (Transformer Engine), the
+# rest in bf16, the states of bf16-mixed; fp32: GEMMs at TF32 where the GPU has it (PyTorch's allow_tf32)
+PLAN_PRECISIONS = ("bf16-mixed", "fp32", "fp8")
 OPTIMIZER_BITS = (32, 8)
 TIMES = steptime.TIMES
 
@@ -94,6 +92,11 @@ class Layout:
         return self.dp * self.tp * self.pp
 
     @property
+    def states(self) -> str:
+        """The precision whose bytes the states follow (fp8 keeps bf16-mixed's)."""
+        return "bf16-mixed" if self.precision == "fp8" else self.precision
+
+    @property
     def uneven(self) -> bool:
         return bool(self.first_stage_layers or self.last_stage_layers)
 
@@ -112,7 +115,7 @@ class Layout:
         parts += ["GPipe"] if self.schedule == "gpipe" else []
         parts += [f"recompute {self.recompute}"] if self.recompute != "none" else []
         parts += [f"offload {self.offload}"] if self.offload != "none" else []
-        parts += ["fp32"] if self.precision == "fp32" else []
+        parts += [self.precision] if self.precision != "bf16-mixed" else []
         parts += ["8-bit Adam"] if self.optimizer_bits == 8 else []
         parts += ["no SP"] if self.tp > 1 and not self.sp else []
         parts += ["explicit attention"] if self.attention == "explicit" else []
@@ -202,36 +205,15 @@ class Plan:
         return out | {"kept": self.feasible, "reason": self.reason}
 
 
-@lru_cache(maxsize=4096)
-def _estimate(shape: ModelShape, seq: int, dp: int, tp: int, pp: int, b: int, m: int, zero: int, recompute: str,
-              precision: str, sp: bool, schedule: str, chunks: int, attention: str) -> dict[str, float]:
-    setup = TrainingSetup(shape, micro_batch=b, seq=seq, precision=precision, recompute=recompute, dp=dp, tp=tp,
-                          pp=pp, sp=sp, zero_stage=zero, microbatches=m, schedule=schedule, chunks=chunks,
-                          attention=attention)
-    return dict(estimate_memory(setup).per_device_bytes)
-
-
-def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]:
-    """Bytes per GPU by category (parameters, gradients, optimizer, activations, total) and off the GPU."""
-    widest = max(lay.stage_layers(shape.layers))  # every stage priced as the largest one: a bound
-    shape = shape if widest * lay.pp == shape.layers else replace(shape, layers=widest * lay.pp)
-    mem = dict(_estimate(shape, seq, lay.dp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,
-                         lay.precision, lay.seq_parallel, lay.schedule, lay.chunks, lay.attention))
-    psi = shape.params
-    if lay.optimizer_bits == 8:
-        mem["optimizer"] *= optimizer_state_bytes(psi, lay.precision, 8) / optimizer_state_bytes(psi, lay.precision)
-    mem["dram"] = mem["nvme"] = 0.0
-    mdl = offload_model(lay.offload, lay.zero_stage)
-    if mdl is not None:
-        n = lay.dp  # ZeRO shards over the data-parallel GPUs
-        scale = 1.0 / (lay.tp * lay.pp)
-        mem["parameters"] = (om.working_bytes(shape.params_per_layer, lay.tp) if mdl.streams_layers
-                             else mdl.gpu_bytes_per_param(n) * psi * scale)
-        mem["gradients"] = mem["optimizer"] = 0.0
-        mem["dram"] = mdl.host_bytes_per_param * psi * scale / n
-        mem["nvme"] = mdl.nvme_bytes_per_param * psi * scale / n
-    mem["total"] = sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
-    return mem
+def dtypes(lay: Layout, dev) -> tuple[str, str]:
+    """(element-wise dtype, GEMM dtype) of a layout on ``dev``: fp32 GEMMs at TF32 where the GPU has it."""
+    if lay.precision == "fp32":
+        return "fp32", "tf32" if "tf32" in dev.peak_flops else "fp32"
+    if lay.precision == "fp8" and "fp8" not in dev.peak_flops:
+        with_fp8 = [g.name for g in hardware.load_catalogue().gpus if "fp8" in g.peak_flops]
+        raise LabkitError(f"precision fp8 needs a GPU with FP8 tensor cores: one of {', '.join(with_fp8)} "
+                          f"(got {dev.name})")
+    return "bf16", "fp8" if lay.precision == "fp8" else "bf16"
 
 
 def microbatches(global_batch: int, lay: Layout) -> int:
@@ -255,14 +237,14 @@ def links(lay: Layout, mc: Machine) -> dict:
 def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine) -> dict[str, float]:
     """Seconds of one step by part (``TIMES``, summing to the step) plus the CPU's share and the bytes moved."""
     dev = mc.cluster.device
-    dtype = "fp32" if lay.precision == "fp32" else "bf16"
-    e = PRECISIONS[lay.precision].weights
+    dtype, gemm = dtypes(lay, dev)
+    e = PRECISIONS[lay.states].weights
     m, ln = microbatches(global_batch, lay), links(lay, mc)
     prof = mc.profile
     counts = lay.stage_layers(shape.layers)
     k = max((compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
                                    lay.attention == "fused", lay.recompute, prof.launch_per_layer_s, n,
-                                   prof.gemm_efficiency, logits=i == len(counts) - 1)
+                                   prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm)
              for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
     kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
     tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
@@ -271,7 +253,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     out["compute"], out["tp"], out["pp"] = m * kernels_mb, m * tp_mb, m * pp_mb
     out["bubble"] = (lay.pp - 1) / lay.chunks * (kernels_mb + tp_mb + pp_mb)
     local = shape.params / (lay.tp * lay.pp)
-    moved, out["dp"] = steptime.dp_seconds(local, lay, m, ln["dp"], PRECISIONS[lay.precision].grads, e,
+    moved, out["dp"] = steptime.dp_seconds(local, lay, m, ln["dp"], PRECISIONS[lay.states].grads, e,
                                            k["backward"], kernels_mb, prof)
     out["peer_bytes"] = moved + out["tp"] * coll.bandwidth(ln["tp"]) + out["pp"] * ln["pp"].bandwidth
     shard = local / (lay.dp if lay.zero_stage >= 1 else 1)

@@ -14,7 +14,7 @@ import math
 from functools import lru_cache
 
 from labkit.advisor import stages, steptime
-from labkit.advisor.costing import TIMES, Layout, microbatches
+from labkit.advisor.costing import TIMES, Layout, dtypes, microbatches
 from labkit.advisor.machine import Machine
 from labkit.economics import capital, energy, grid
 from labkit.predict.estimate import PRECISIONS, training_flops
@@ -23,7 +23,7 @@ from labkit.shapes import ModelShape
 
 def units(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Machine) -> dict:
     """A plan's fields for the field's units: tokens and FLOPs per step, the peak, the framework."""
-    dtype = "fp32" if lay.precision == "fp32" else "bf16"
+    dtype = dtypes(lay, mc.cluster.device)[1]  # MFU against the peak the GEMMs run at
     return {"tokens": float(global_batch * seq), "model_flops": training_flops(shape, seq, global_batch),
             "hardware_flops": training_flops(shape, seq, global_batch, lay.recompute),
             "peak_flops": mc.cluster.device.peak_flops[dtype], "framework": mc.profile.name,
@@ -59,7 +59,7 @@ def price(shape: ModelShape, global_batch: int, lay: Layout, mc: Machine, t: dic
            else capital.amortised_usd(n * dev.price_usd, step))
     if energy_missing(mc):
         return step, usd, None, None
-    e = PRECISIONS[lay.precision].weights
+    e = PRECISIONS[lay.states].weights
     hbm = n * m * e * shape.params / (lay.tp * lay.pp) + 2 * acts_per_gpu * n  # weights read per micro-batch
     hbm += (steptime.ADAM_BYTES[lay.optimizer_bits] + 4) * shape.params if lay.offload == "none" else 0.0
     traffic = energy.StepTraffic(

@@ -30,7 +30,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from labkit import hardware
-from labkit.advisor import costing, pricing
+from labkit.advisor import costing, footprint, pricing
 from labkit.advisor.costing import GOALS, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
 from labkit.advisor.profiles import DEFAULT_FRAMEWORK
@@ -61,7 +61,7 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
     if rule:
         return Plan(lay, False, why, rule)
     m = costing.microbatches(global_batch, lay)
-    mem = costing.memory(shape, seq, lay, m)
+    mem = footprint.memory(shape, seq, lay, m)
     problems = memory_problems(mem, mc)
     if global_batch % (lay.dp * lay.micro_batch):
         problems.append(("batch", f"global batch {global_batch} does not split into dp={lay.dp} x "
@@ -106,7 +106,7 @@ def _options() -> list[tuple[int, str, str, str, int]]:
     """(stage, recompute, offload, precision, bits), without the combinations no engine offers."""
     out = []
     for stage, rec, off, prec, bits in itertools.product(range(4), RECOMPUTE, OFFLOADS, costing.PLAN_PRECISIONS,
-                                                         costing.OPTIMIZER_BITS):
+                                                         costing.OPTIMIZER_BITS):  # fp8 only when asked for
         if not option_problem(Layout(1, 1, 1, 1, stage, rec, off, prec, bits))[0]:
             out.append((stage, rec, off, prec, bits))
     return out
@@ -205,7 +205,8 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     if all(k in fixed for k in ("dp", "tp", "pp")):
         exact = evaluate(shape, seq, global_batch, Layout(**fixed), mc, priced=True)
     kept, rejected = [], []
-    options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))]
+    options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))
+               and (o[3] != "fp8" or fixed.get("precision") == "fp8")]
     sizes = (fixed["micro_batch"],) if "micro_batch" in fixed else MICRO_BATCHES
     for dp, tp, pp, b in layouts(mc.cluster.n_gpus, global_batch, sizes):
         if any(fixed.get(k, v) != v for k, v in (("dp", dp), ("tp", tp), ("pp", pp))):

@@ -107,5 +107,5 @@ def optimizer_seconds(params_on_gpu: float, lay, dev) -> float:
     """Adam's update of the GPU's shard at HBM speed (0 when the optimizer runs on the CPU)."""
     if lay.offload != "none":
         return 0.0
-    e = PRECISIONS[lay.precision].grads
+    e = PRECISIONS[lay.states].grads
     return compute.stream_seconds(params_on_gpu * (ADAM_BYTES[lay.optimizer_bits] + e + 2), dev)

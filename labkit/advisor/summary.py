@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from labkit.advisor import costing
+from labkit.advisor import costing, footprint
 from labkit.advisor.costing import Layout
 from labkit.economics import strategies
 from labkit.errors import LabkitError, require_positive
@@ -116,14 +116,14 @@ def summary(model: str | ModelShape = "gpt3-175b", gpu: str = "A100-80GB", gpus:
                         extra_compute(shape, seq, b, rec), "re-runs the forward of what it dropped"))
     rows.append(Row("no mixed precision (fp32)", "", _total(shape, seq, precision="fp32", **base), 0.0, "-", 0.0,
                     f"peak {dev.peak_flops['fp32'] / 1e12:g} instead of {dev.peak_flops['bf16'] / 1e12:g} TFLOPS"))
-    mem8 = costing.memory(shape, seq, Layout(1, 1, 1, b, optimizer_bits=8), m)["total"]
+    mem8 = footprint.memory(shape, seq, Layout(1, 1, 1, b, optimizer_bits=8), m)["total"]
     rows.append(Row("8-bit Adam states", "", mem8, 0.0, "-", 0.0, "block-wise 8-bit moments, fp32 master kept"))
     for off, name in (("dram", "offload to DRAM (ZeRO-Offload)"), ("nvme", "offload to NVMe (ZeRO-Infinity)")):
         lay = Layout(n, 1, 1, b, costing.OFFLOAD_STAGE[off], "none", off)
         t_ = strategies.DEFAULT_TRAFFIC["dram-offload" if off == "dram" else "ssd-offload"]
         note = (f"Adam on the CPU; states {strategies.HOST_STATE_BYTES} B/param in DRAM" if off == "dram" else
                 f"{t_.nvme_read:g} B/param read, {t_.nvme_write:g} written on NVMe per step")
-        rows.append(Row(name, f"N={n}", costing.memory(shape, seq, lay, m)["total"], t_.link * psi / n, pcie, 0.0,
+        rows.append(Row(name, f"N={n}", footprint.memory(shape, seq, lay, m)["total"], t_.link * psi / n, pcie, 0.0,
                         note))
     return rows
 

@@ -24,7 +24,7 @@ from labkit.shapes import ModelShape
 
 LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")
 CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
-           "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32"), "sp": ("on", "off")}
+           "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32", "fp8"), "sp": ("on", "off")}
 
 
 def _divisors(n: int) -> str:
@@ -182,7 +182,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--recompute", help="none, selective, full")
     adv.add_argument("--schedule", help="pipeline schedule: 1f1b, gpipe, interleaved")
     adv.add_argument("--offload", help="none, dram (ZeRO-Offload), nvme (ZeRO-Infinity)")
-    adv.add_argument("--precision", help="bf16-mixed, fp32")
+    adv.add_argument("--precision", help="bf16-mixed, fp32 (GEMMs at TF32 where the GPU has it), fp8 (GEMMs at the "
+                     "FP8 peak, the rest in bf16, bf16-mixed states)")
     adv.add_argument("--sp", help="sequence parallelism with tp > 1: on (default), off")
     adv.add_argument("--attention", help="fused (default: FlashAttention/sdpa; also flash, sdpa), explicit "
                      "(s x s scores in memory; also eager)")

@@ -6,7 +6,7 @@ count, Rajbhandari et al. SC 2020) that one GPU holds when tensor and pipeline p
 split the model tp x pp ways and ZeRO stage 1, 2 or 3 further shards the optimizer states,
 then the gradients, then the weights over the dp data-parallel replicas. The cases are GPT-3
 175B layouts the advisor weighs in notebook 09 (Megatron-LM's example configuration among
-them), compared with the advisor's own memory model (:func:`labkit.advisor.costing.memory`),
+them), compared with the advisor's own memory model (:func:`labkit.advisor.footprint.memory`),
 whose ZeRO terms notebook 02 checks against real multi-process runs.
 """
 
@@ -21,7 +21,8 @@ LAYOUTS = ((8, 16, 8, 0), (8, 8, 16, 1), (4, 8, 32, 2), (1, 1, 1024, 3), (8, 12,
 
 def advisor_states(tp: int, pp: int, dp: int, zero: int) -> tuple[int, float]:
     """GPT-3 175B's parameter count and the advisor's model-state bytes per GPU for this layout."""
-    from labkit.advisor.costing import Layout, memory
+    from labkit.advisor.costing import Layout
+    from labkit.advisor.footprint import memory
     from labkit.shapes import model_shape
 
     shape = model_shape("gpt3-175b")

@@ -92,18 +92,20 @@ def stream_seconds(nbytes: float, dev: Device) -> float:
 @lru_cache(maxsize=4096)
 def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
                 sp: bool = False, flash: bool = False, launch_s: float = KERNELS_PER_LAYER * LAUNCH_S,
-                gemm_efficiency: float = GEMM_EFFICIENCY) -> LayerTimes:
+                gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "") -> LayerTimes:
     """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
     ``launch_s`` (the layer's launch and dispatch seconds) and ``gemm_efficiency`` (the share of the dense
-    peak its GEMMs reach) are a framework's (``labkit.advisor.profiles``)."""
-    g = gemm_efficiency
+    peak its GEMMs reach) are a framework's (``labkit.advisor.profiles``); ``gemm_dtype`` the GEMMs' rate (fp8,
+    tf32; default ``dtype``), with 1-byte operands at fp8."""
+    g, gd = gemm_efficiency, gemm_dtype or dtype
+    ge = 1 if gd == "fp8" else (4 if dtype == "fp32" else 2)
     e = 4 if dtype == "fp32" else 2
     rows, h, t = micro_batch * seq, shape.hidden, tp
     kv, ffn = shape.kv_hidden, shape.ffn_size
-    gemm = gemm_seconds(rows, (h + 2 * kv) / t, h, dev, dtype, e, efficiency=g)  # QKV
-    gemm += gemm_seconds(rows, h, h / t, dev, dtype, e, efficiency=g)  # attention output projection
-    gemm += gemm_seconds(rows, ffn / t, h, dev, dtype, e, 2 if shape.gated else 1, g)  # MLP up (and gate)
-    gemm += gemm_seconds(rows, h, ffn / t, dev, dtype, e, efficiency=g)  # MLP down
+    gemm = gemm_seconds(rows, (h + 2 * kv) / t, h, dev, gd, ge, efficiency=g)  # QKV
+    gemm += gemm_seconds(rows, h, h / t, dev, gd, ge, efficiency=g)  # attention output projection
+    gemm += gemm_seconds(rows, ffn / t, h, dev, gd, ge, 2 if shape.gated else 1, g)  # MLP up (and gate)
+    gemm += gemm_seconds(rows, h, ffn / t, dev, gd, ge, efficiency=g)  # MLP down
     heads, d = micro_batch * shape.heads / t, h // shape.heads
     if flash:
         attention = kernel_seconds(4.0 * heads * seq * seq * d, 0.0, dev, dtype, FLASH_EFFICIENCY)
@@ -129,12 +131,13 @@ RECOMPUTE_AGAIN = ("none", "selective", "full")
 def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: int, dev: Device, dtype: str = "bf16",
                   sp: bool = False, flash: bool = False, recompute: str = "none",
                   launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
-                  gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True) -> dict[str, float]:
+                  gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True,
+                  gemm_dtype: str = "") -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
     the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022).
     ``layers`` is that stage's layer count (default: an even split, layers / pp); ``logits`` whether it holds
     the output layer (the last stage does)."""
-    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency)
+    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype)
     per_stage = shape.layers / pp if layers is None else layers
     logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency) if logits else 0.0
     again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]

@@ -1,0 +1,52 @@
+"""Bytes per GPU of one layout: the validated memory model, with 8-bit Adam states and offload as corrections.
+
+``labkit.predict.estimate.estimate_memory`` (ZeRO, SC 2020; Korthikanti et al. 2022; 1F1B keeps p
+micro-batches and the interleaved schedule a little more, Narayanan et al. 2021), with two changes it
+does not model itself: 8-bit Adam moments (``reduction.design.optimizer_state_bytes``, Dettmers et al.,
+ICLR 2022) and offload, whose bytes come from ``labkit.predict.offload_model`` (``costing.offload_model``).
+Uneven pipeline stages are bounded by pricing every stage as the largest (``stages``); an FP8 layout
+keeps the states of bf16 mixed precision (Transformer Engine casts to FP8 per GEMM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from labkit.advisor.costing import Layout, offload_model
+from labkit.predict import offload_model as om
+from labkit.predict.estimate import TrainingSetup, estimate_memory
+from labkit.reduction.design import optimizer_state_bytes
+from labkit.shapes import ModelShape
+
+
+@lru_cache(maxsize=4096)
+def _estimate(shape: ModelShape, seq: int, dp: int, tp: int, pp: int, b: int, m: int, zero: int, recompute: str,
+              precision: str, sp: bool, schedule: str, chunks: int, attention: str) -> dict[str, float]:
+    setup = TrainingSetup(shape, micro_batch=b, seq=seq, precision=precision, recompute=recompute, dp=dp, tp=tp,
+                          pp=pp, sp=sp, zero_stage=zero, microbatches=m, schedule=schedule, chunks=chunks,
+                          attention=attention)
+    return dict(estimate_memory(setup).per_device_bytes)
+
+
+def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]:
+    """Bytes per GPU by category (parameters, gradients, optimizer, activations, total) and off the GPU."""
+    widest = max(lay.stage_layers(shape.layers))  # every stage priced as the largest one: a bound
+    shape = shape if widest * lay.pp == shape.layers else replace(shape, layers=widest * lay.pp)
+    mem = dict(_estimate(shape, seq, lay.dp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,
+                         lay.states, lay.seq_parallel, lay.schedule, lay.chunks, lay.attention))
+    psi = shape.params
+    if lay.optimizer_bits == 8:
+        mem["optimizer"] *= optimizer_state_bytes(psi, lay.states, 8) / optimizer_state_bytes(psi, lay.states)
+    mem["dram"] = mem["nvme"] = 0.0
+    mdl = offload_model(lay.offload, lay.zero_stage)
+    if mdl is not None:
+        n = lay.dp  # ZeRO shards over the data-parallel GPUs
+        scale = 1.0 / (lay.tp * lay.pp)
+        mem["parameters"] = (om.working_bytes(shape.params_per_layer, lay.tp) if mdl.streams_layers
+                             else mdl.gpu_bytes_per_param(n) * psi * scale)
+        mem["gradients"] = mem["optimizer"] = 0.0
+        mem["dram"] = mdl.host_bytes_per_param * psi * scale / n
+        mem["nvme"] = mdl.nvme_bytes_per_param * psi * scale / n
+    mem["total"] = sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
+    return mem
