@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labkit.errors import LabkitError
+from labkit.predict.activation_terms import activation_terms
 from labkit.predict.estimate import (
     PRECISIONS,
     TrainingSetup,
     activation_bytes_per_layer,
-    activation_terms,
     estimate_memory,
     in_flight_microbatches,
     model_state_bytes,
@@ -142,7 +142,11 @@ def test_estimate_sums_its_parts_and_fits_means_headroom(shape, b, zero, dp, cap
     parts = est.per_device_bytes
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
     assert est.fits == (est.headroom_bytes >= 0)
-    assert math.isclose(est.headroom_bytes, cap - parts["total"], rel_tol=1e-9, abs_tol=1e-3)
+    judged = parts["total"] if zero else est.peak_bytes  # one GPU's step: the predicted whole-step peak
+    assert (est.peak_bytes is None) == bool(zero)
+    assert math.isclose(est.headroom_bytes, cap - judged, rel_tol=1e-9, abs_tol=1e-3)
+    if not zero:
+        assert est.peak_bytes > parts["total"] - parts["gradients"] and est.peak_phase in ("backward", "optimizer")
 
 
 @settings(max_examples=100, deadline=None)

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.predict.reference import H200_FILE, h200_rows, reserve_share
+from labkit.predict.allocator import H200_FILE, reserve_share
+from labkit.predict.reference import h200_rows
 
 
 def test_the_file_names_its_setup_first():

@@ -3,9 +3,14 @@
 Model states follow a named convention (``labkit.predict.conventions``): ``zero`` (ZeRO's 16 bytes per
 parameter, GB = 1e9) or ``deepspeed`` (the arithmetic of DeepSpeed's estimators: 18 bytes per
 parameter partitioned, a ZeRO-3 gather buffer of 4 bytes x the largest layer, GiB = 2**30), with
-the optimizer and the parameters offloaded to the CPU or not. ``--largest`` answers the largest
-parameter count whose model states fit the GPU (``labkit.predict.largest``). Fit verdicts use the GPU's
-true capacity unless ``--capacity nominal`` asks for the marketed figure (ZeRO's tables use it).
+the optimizer and the parameters offloaded to the CPU or not: the papers' figures, printed as model-state
+conventions. The fit verdict is judged on the whole step's predicted peak (``labkit.predict.step_peak``:
+activations, the loss's fp32 logits and their gradients, AdamW's temporaries, cuBLAS's workspaces) with
+the caching allocator's measured margin stated beside it (``labkit.predict.allocator``), for one GPU's
+step without tensor, pipeline or ZeRO sharding; other layouts are judged on the model states plus the
+activations, and say so. ``--largest`` answers the largest parameter count whose model states fit the GPU
+(``labkit.predict.largest``). Fit verdicts use the GPU's true capacity unless ``--capacity nominal`` asks for
+the marketed figure (ZeRO's tables use it).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from labkit.cli.common import parse_int, parse_zero, table
+from labkit.cli.estimate_peak import peak_lines, predicted_peak
 from labkit.cli.shape_args import SHAPE_FLAGS, add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, require_choice
 from labkit.predict.attention import attention_kind
@@ -129,6 +135,7 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
 
     device = load_catalogue().gpu(a.gpu) if a.gpu is not None else None
     setup = {"precision": a.precision} | _setup_json(lay)
+    ts = est = None
     if shape is None:
         params = parse_int("params", a.params)
         acts, per_layer, model = 0.0, None, None
@@ -148,11 +155,15 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
     out = {"model": model, "params": params, "convention": lay["convention"], "units": lay["units"],
            "per_device_bytes": per_device, "host_bytes_per_node": host, "activations_per_layer_bytes": per_layer,
            "setup": setup}  # fmt: skip
+    plain = lay["offload_optimizer"] == lay["offload_param"] == "none"
+    peak = predicted_peak(a, shape, ts, est) if shape is not None and plain else None
+    out["step_peak"] = peak
     if device is not None:
         cap, which = _capacity(a, device)
-        headroom = cap - per_device["total"]
+        headroom = cap - (per_device["total"] if peak is None else peak["bytes"])
         out |= {"gpu": device.name, "capacity": which, "device_bytes": cap, "fits": headroom >= 0,
-                "headroom_bytes": headroom}  # fmt: skip
+                "headroom_bytes": headroom, "judged_on": "model states + activations" if peak is None else
+                "predicted whole-step peak"}  # fmt: skip
     return out
 
 
@@ -200,19 +211,13 @@ def format_estimate(out: dict[str, Any]) -> str:
         lines.append(f"micro-batch {s['micro_batch']}, seq {s['seq']}, {layout}" + (", sp" if s["sp"] else ""))
         lines.append(f"recompute {s['recompute']}, attention {s['attention']}")
     rows = [[k, f"{per[k] / unit:,.2f}"] for k in CATEGORIES if k != "gather_buffer" or per[k]]
-    lines += ["", table(["per device", u], rows), _unit_note(u)]
+    lines += ["", table([f"per device (model states: convention {out['convention']})", u], rows), _unit_note(u)]
     if out["host_bytes_per_node"]:
         lines.append(f"host memory per node ({s['gpus_per_node']} GPUs): {out['host_bytes_per_node'] / unit:,.2f} {u}")
     if out["activations_per_layer_bytes"] is not None and per["total"]:
         lines.append(f"activations are {100 * per['activations'] / per['total']:.1f}% of the total "
                      f"({out['activations_per_layer_bytes'] / unit:.3f} {u} per layer)")  # fmt: skip
-    if "gpu" in out:
-        where = (f"{out['gpu']} ({out['capacity']} capacity: {out['device_bytes'] / 2**30:.1f} GiB = "
-                 f"{out['device_bytes'] / 1e9:.1f} GB)")
-        gap = abs(out["headroom_bytes"]) / unit
-        lines.append(f"fits on {where}: yes, {gap:,.1f} {u} to spare" if out["fits"] else
-                     f"does not fit on {where}: short by {gap:,.1f} {u}")  # fmt: skip
-    return "\n".join(lines)
+    return "\n".join(lines + peak_lines(out, unit, u))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

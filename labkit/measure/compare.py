@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.measure import StepMemory
-from labkit.predict.estimate import PRECISIONS, TrainingSetup, activation_terms, estimate_memory
+from labkit.predict.activation_terms import activation_terms
+from labkit.predict.estimate import PRECISIONS, TrainingSetup, estimate_memory
 from labkit.shapes import ModelShape
 
 

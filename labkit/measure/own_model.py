@@ -12,12 +12,12 @@ moment and the optimizer step, temporaries included, term by term.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.errors import LabkitError, require_choice, require_positive, require_runnable
 from labkit.predict.estimate import model_state_bytes
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")
@@ -88,8 +88,7 @@ class _OnDevice:
 
 def _tiny(batch: int, seq: int, precision: str, attention: str, device: str):
     from labkit.measure.compare import setup_for
-    from labkit.predict.estimate import estimate_memory
-    from labkit.predict.step_inputs import setup_step_shape
+    from labkit.predict.estimate import estimate_memory, step_shape
     from labkit.rig.data import vocab_size
     from labkit.rig.model import GPTConfig
     from labkit.rig.train import TrainConfig, Trainer
@@ -109,7 +108,8 @@ def _tiny(batch: int, seq: int, precision: str, attention: str, device: str):
     est = estimate_memory(setup)
     outside = est.per_device_bytes["activations"] - est.activations_per_layer_bytes * cfg.n_layer
     assumes = f"Korthikanti et al.'s terms, {cfg.attention} attention, 1-byte dropout masks"
-    step = setup_step_shape(setup, torch.device(device).type, "lab", _cuda_major(device), shifted_labels=False)
+    step = replace(step_shape(setup, est.activations_per_layer_bytes, outside, torch.device(device).type),
+                   cuda_major=_cuda_major(device), shifted_labels=False)
     return "tiny-gpt", trainer, est.params, est.activations_per_layer_bytes, outside, assumes, step
 
 
@@ -181,6 +181,10 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
     say("building the model")
     name, trainer, params, per_layer, outside, assumes, step_shape = build_trainer(
         config, batch, seq, precision, attention, cache, dropout, device, layers)
+    if step_shape is not None:  # refuse what would not fit or would run for hours, before the first step
+        sh, tokens = step_shape, step_shape.batch * step_shape.seq  # 3x forward FLOPs (Narayanan et al., SC 2021)
+        flops = 3 * (2 * sum(sh.param_tensors) * tokens + 4 * tokens * sh.seq * sh.hidden * sh.layers)
+        require_runnable(step_peak(sh).peak, flops, device)
     say("warm-up step (creates the optimizer states)")
     trainer.step()
     say("measuring one step")

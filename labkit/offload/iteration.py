@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.hardware import Link, Tier, gpu, link, tier, transfer_time
-from labkit.predict.estimate import activation_terms
+from labkit.predict.activation_terms import activation_terms
 from labkit.shapes import ModelShape
 from labkit.sim import Task, Timeline, simulate
 

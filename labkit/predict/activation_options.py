@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import require_choice
-from labkit.predict.estimate import ActivationTerm
+from labkit.predict.activation_terms import ActivationTerm
 from labkit.shapes import ModelShape
 from labkit.shapes.hf_config import ACTIVATIONS, HFModel
 

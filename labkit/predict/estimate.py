@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from labkit.errors import LabkitError, require_choice, require_divides, require_positive
+from labkit.errors import LabkitError, require_choice, require_divides, require_finite, require_positive
+from labkit.predict.allocator import reserve_share
+from labkit.predict.bytes_per_param import FP32, GRAD16, MASTER, MOMENTS, WEIGHT16
+from labkit.predict.step_peak import StepShape, step_peak
 from labkit.shapes import ModelShape
 
 
@@ -37,10 +40,10 @@ class Precision:
     activation: int
 
 
-PRECISIONS = {
-    "fp32": Precision(4, 4, 8, 4),  # Adam moments m, v in fp32
-    "bf16-mixed": Precision(2, 2, 12, 2),  # + fp32 master weights: K = 12 (ZeRO, section 3)
-    "fp16-mixed": Precision(2, 2, 12, 2),
+PRECISIONS = {  # read from labkit.predict.bytes_per_param
+    "fp32": Precision(FP32, FP32, MOMENTS, FP32),  # Adam moments m, v in fp32
+    "bf16-mixed": Precision(WEIGHT16, GRAD16, MASTER + MOMENTS, 2),  # + fp32 master weights: K = 12 (ZeRO, sec. 3)
+    "fp16-mixed": Precision(WEIGHT16, GRAD16, MASTER + MOMENTS, 2),
 }
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("explicit", "fused")
@@ -67,61 +70,6 @@ def zero_communication_elements(params: int, zero_stage: int = 0) -> int:
     """Elements each device sends per step: 2*Psi for DP and stages 1-2, 3*Psi for stage 3."""
     require_choice("zero_stage", zero_stage, ZERO_STAGES)
     return (3 if zero_stage == 3 else 2) * params
-
-
-@dataclass(frozen=True)
-class ActivationTerm:
-    """One tensor (group) a layer saves, with the module of labkit.rig.model that saves it."""
-
-    role: str
-    what: str
-    bytes: float
-
-
-def activation_terms(
-    shape: ModelShape, seq: int, micro_batch: int, act_bytes: int = 2, mask_bytes: int = 1,
-    attention: str = "explicit",
-) -> list[ActivationTerm]:
-    """Korthikanti et al.'s per-layer accounting, tensor by tensor (no parallelism, no recompute).
-
-    Roles are the module names of ``labkit.rig.model.Block``, so a measured run can be
-    compared term by term. With e = 2, m = 1 the terms add up to 34*sbh + 5*as^2*b.
-    """
-    s, b, h, a = seq, micro_batch, shape.hidden, shape.heads
-    e, m = act_bytes, (mask_bytes if shape.dropout else 0)
-    sbh, f, kv = s * b * h, shape.ffn_size / shape.hidden, shape.kv_hidden / shape.hidden
-    terms = [
-        ActivationTerm("ln_1", "LayerNorm 1 input", e * sbh),
-        ActivationTerm("attn.c_attn", "QKV projection input", e * sbh),
-    ]
-    if attention == "explicit":
-        terms += [
-            ActivationTerm("attn.core.qk", "Q and K for Q K^T", e * sbh * (1 + kv)),
-            ActivationTerm("attn.core.softmax", "softmax output", e * a * s * s * b),
-        ]
-        if m:
-            terms += [
-                ActivationTerm("attn.core.attn_drop", "attention dropout mask", m * a * s * s * b),
-                ActivationTerm("attn.core.av", "dropout output and V", e * a * s * s * b + e * sbh * kv),
-            ]
-        else:
-            terms += [ActivationTerm("attn.core.av", "V (softmax output already kept)", e * sbh * kv)]
-    else:
-        terms += [ActivationTerm("attn.core", "Q, K, V, output and log-sum-exp (fp32)",
-                                 e * sbh * (2 + 2 * kv) + 4 * a * s * b)]
-    terms += [ActivationTerm("attn.c_proj", "output projection input", e * sbh if attention == "explicit" else 0)]
-    if m:
-        terms += [ActivationTerm("attn.resid_drop", "attention output dropout mask", m * sbh)]
-    terms += [
-        ActivationTerm("ln_2", "LayerNorm 2 input", e * sbh),
-        ActivationTerm("mlp.c_fc", "first MLP linear input", e * sbh),
-        ActivationTerm("mlp.act", "SwiGLU inputs" if shape.gated else "GeLU input",
-                       e * sbh * f * (3 if shape.gated else 1)),
-        ActivationTerm("mlp.c_proj", "second MLP linear input", e * sbh * f),
-    ]
-    if m:
-        terms += [ActivationTerm("mlp.drop", "MLP dropout mask", m * sbh)]
-    return terms
 
 
 def activation_bytes_per_layer(
@@ -239,8 +187,11 @@ class MemoryEstimate:
     gpu: str | None = None
     device_bytes: int | None = None
     fits: bool | None = None
-    headroom_bytes: float | None = None
+    headroom_bytes: float | None = None  # capacity minus the whole-step peak (minus the total where none is predicted)
     setup: dict = field(default_factory=dict)
+    peak_bytes: float | None = None  # the whole step's predicted peak (labkit.predict.step_peak); tp = pp = 1, no ZeRO
+    peak_phase: str | None = None
+    reserve_bytes: float | None = None  # the caching allocator's margin beside the peak (labkit.predict.allocator)
 
     @property
     def activation_share(self) -> float:
@@ -254,6 +205,8 @@ class MemoryEstimate:
 
 def estimate_memory(setup: TrainingSetup, device_bytes: int | None = None, gpu: str | None = None) -> MemoryEstimate:
     """Parameters, gradients, optimizer states and activations per device, and the fit."""
+    if device_bytes is not None:
+        require_finite("device_bytes", device_bytes, low=1)
     shape, prec = setup.shape, PRECISIONS[setup.precision]
     psi = shape.params
     states = model_state_bytes(psi, setup.precision, setup.zero_stage, setup.dp)
@@ -270,11 +223,24 @@ def estimate_memory(setup: TrainingSetup, device_bytes: int | None = None, gpu: 
     per_device = {**states, "activations": acts}
     per_device["total"] = sum(per_device.values())
     est = MemoryEstimate(psi, per_device, per_layer, layers, held, setup=asdict(setup))
+    if setup.tp * setup.pp == 1 and not setup.zero_stage:
+        peak = step_peak(step_shape(setup, per_layer, outside), reserve_share())
+        est.peak_bytes, est.peak_phase, est.reserve_bytes = peak.peak, peak.phase, peak.reserve.bytes
     if device_bytes is not None:
         est.gpu, est.device_bytes = gpu, device_bytes
-        est.headroom_bytes = device_bytes - per_device["total"]
+        est.headroom_bytes = device_bytes - (per_device["total"] if est.peak_bytes is None else est.peak_bytes)
         est.fits = est.headroom_bytes >= 0
     return est
+
+
+def step_shape(setup: TrainingSetup, per_layer: float, outside: float, device: str = "cuda") -> StepShape:
+    """One device's step of ``setup`` (tp = pp = 1, no ZeRO) with Korthikanti et al.'s activations, the lab's
+    AdamW, and the output layer's input and fp32 log-probabilities freed at the loss (``labkit.predict.step_peak``)."""
+    s, b, sh = setup.seq_len, setup.micro_batch, setup.shape
+    head = 2 * PRECISIONS[setup.precision].activation * s * b * sh.hidden + FP32 * s * b * sh.vocab
+    return StepShape.of_model(sh, b, s, per_layer, outside, head, device=device, batch_bytes=16 * b * s,
+                              precision="fp32" if setup.precision == "fp32" else "bf16-mixed",
+                              mlp_grads=2 if sh.gated else 1)
 
 
 def forward_flops(shape: ModelShape, seq: int, micro_batch: int) -> float:

@@ -4,23 +4,19 @@
 --attention sdpa --dropout 0`` measured on one NVIDIA H200 (its first line names the setup). Each row is
 predicted again here with ``labkit.predict.step_peak`` for the same model, batch, sequence and layer count, on
 CUDA (compute capability 9: two 32 MiB cuBLAS workspaces). The caching allocator's reserve beyond the
-allocated peak, measured on every row, sets the margin the fit verdicts state: the largest share of the peak
-seen there (``reserve_share``). Torch-free.
+allocated peak, measured on every row, sets the margin the fit verdicts state (``labkit.predict.allocator``).
+Torch-free.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
-from labkit.errors import LabkitError
+from labkit.predict.allocator import records
 from labkit.predict.step_inputs import hf_step_shape
 from labkit.predict.step_peak import StepPeak, step_peak
 from labkit.shapes.hf_config import from_config, resolve
-
-H200_FILE = Path(__file__).resolve().parents[2] / "datasets" / "measurements" / "h200-2026-12.jsonl"
 
 
 @dataclass(frozen=True)
@@ -46,14 +42,6 @@ class ReferenceRow:
         return (self.reserved - self.measured) / self.measured
 
 
-def _records(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-    except (OSError, json.JSONDecodeError) as err:
-        raise LabkitError(f"reference file {str(path)!r} must be JSON lines ({err})") from None
-
-
 def _spec(case: str, layers: int | None):
     spec = from_config(resolve(case))
     if layers is None:
@@ -66,7 +54,7 @@ def _spec(case: str, layers: int | None):
 def h200_rows(path: str | None = None) -> tuple[ReferenceRow, ...]:
     """Every ``labkit measure`` row of the file, predicted again."""
     out = []
-    for r in _records(Path(path) if path else H200_FILE):
+    for r in records(path):
         peak = r.get("peak") or r.get("measure", {}).get("peak")
         if not peak or "case" not in r:
             continue
@@ -77,8 +65,3 @@ def h200_rows(path: str | None = None) -> tuple[ReferenceRow, ...]:
         out.append(ReferenceRow(r["case"], r.get("layers"), batch, seq, peak["measured"], peak["phase"],
                                 peak["reserved"], tuple(cats["activations"]), step_peak(shape)))
     return tuple(out)
-
-
-def reserve_share(path: str | None = None) -> float:
-    """The largest caching-allocator reserve measured beyond a peak, as a share of that peak."""
-    return max(r.reserve_share for r in h200_rows(path))

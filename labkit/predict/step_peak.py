@@ -35,6 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import require_choice, require_positive
+from labkit.predict.bytes_per_param import FP32, GRAD32, MASTER, MOMENTS, WEIGHT16
+from labkit.shapes import ModelShape
+from labkit.shapes.tensors import parameter_tensors
 
 OPTIMIZERS = ("lab", "foreach", "fused")  # single-tensor AdamW (MasterWeightAdamW in bf16-mixed), torch's others
 DEVICES = ("cpu", "cuda")
@@ -88,6 +91,14 @@ class StepShape:
         for name in ("layers", "batch", "seq", "hidden", "ffn", "vocab"):
             require_positive(name, getattr(self, name))
 
+    @classmethod
+    def of_model(cls, shape: ModelShape, batch: int, seq: int, per_layer: float, outside: float, head_outside: float,
+                 **kw) -> StepShape:
+        """A model's step from its shape and predicted activations; ``kw`` sets the other fields."""
+        return cls(parameter_tensors(shape), per_layer, shape.layers, outside, head_outside, batch, seq, shape.hidden,
+                   shape.ffn_size, shape.vocab, head_params=shape.vocab * shape.hidden,
+                   layer_params=shape.params_per_layer, **kw)
+
     @property
     def params(self) -> int:
         return sum(self.param_tensors)
@@ -95,11 +106,11 @@ class StepShape:
     @property
     def weight_bytes(self) -> int:
         """Bytes per element of the model's weights and gradients."""
-        return 2 if self.precision == "bf16-mixed" else 4
+        return WEIGHT16 if self.precision == "bf16-mixed" else FP32
 
     @property
     def act_bytes(self) -> int:
-        return 4 if self.precision == "fp32" else 2
+        return FP32 if self.precision == "fp32" else WEIGHT16
 
     @property
     def activations(self) -> float:
@@ -135,7 +146,7 @@ class StepPeak:
         return self.peak + self.reserve.bytes
 
 
-def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int = 4) -> float:
+def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int = FP32) -> float:
     """Bytes AdamW allocates inside its step beyond states and gradients (see the module docstring)."""
     require_choice("optimizer", optimizer, OPTIMIZERS)
     if optimizer == "fused" or not tensors:
@@ -149,9 +160,9 @@ def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int
 def _states(s: StepShape) -> list[PeakTerm]:
     n, w = s.params, s.weight_bytes
     out = [PeakTerm("parameters", w * n, f"{w} bytes per parameter"),
-           PeakTerm("optimizer states", 8 * n, "AdamW's fp32 momentum and variance")]
+           PeakTerm("optimizer states", MOMENTS * n, "AdamW's fp32 momentum and variance")]
     if s.precision == "bf16-mixed":
-        out.append(PeakTerm("master weights", 4 * n, "MasterWeightAdamW's fp32 copies (Micikevicius et al. 2018)"))
+        out.append(PeakTerm("master weights", MASTER * n, "MasterWeightAdamW's fp32 copies (Micikevicius et al. 2018)"))
     counters_here = s.device == "cpu" or s.optimizer == "fused"  # torch keeps non-fused step counters on the host
     out.append(PeakTerm("step counters", 4 * len(s.param_tensors) if counters_here else 0,
                         "AdamW's fp32 step per tensor, on the device only when fused (or on the CPU)"))
@@ -197,7 +208,7 @@ def _optimizer(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
     n = s.params
     out = [*states, PeakTerm("gradients", s.weight_bytes * n, "every parameter's gradient")]
     if s.precision == "bf16-mixed" and s.optimizer == "lab":
-        out.append(PeakTerm("fp32 gradient copies", 4 * n, "MasterWeightAdamW.step: p.grad.float() for all"))
+        out.append(PeakTerm("fp32 gradient copies", GRAD32 * n, "MasterWeightAdamW.step: p.grad.float() for all"))
     out.append(PeakTerm("AdamW temporaries", adamw_temporaries(s.param_tensors, s.optimizer),
                         {"lab": "single-tensor: sqrt and division of the largest tensor, and its neighbour's denom",
                          "foreach": "_foreach_sqrt of every tensor", "fused": "none"}[s.optimizer]))

@@ -1,0 +1,69 @@
+"""``labkit estimate``'s whole-step peak: the step of the chosen model, precision and optimizer on one GPU.
+
+A ``--hf-config`` model's activations come from ``labkit.predict.activation_options`` (its norm, MLP and
+attention as transformers writes them, without recompute); a preset's or a custom shape's from
+Korthikanti et al.'s terms (``labkit.predict.estimate``). The peak, its phase and its terms come from
+``labkit.predict.step_peak``, on CUDA (two cuBLAS workspaces); the caching allocator's margin from
+``labkit.predict.allocator``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from labkit.predict.allocator import reserve_share
+from labkit.predict.attention import torch_name
+from labkit.predict.estimate import MemoryEstimate, TrainingSetup, step_shape
+from labkit.predict.step_peak import step_peak
+from labkit.shapes import ModelShape
+
+
+def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup,
+                   est: MemoryEstimate) -> dict[str, Any] | None:
+    """The step's predicted peak as plain data (bytes), or None for a sharded layout (tp, pp or ZeRO)."""
+    if ts.tp * ts.pp != 1 or ts.zero_stage:
+        return None
+    precision = "fp32" if ts.precision == "fp32" else "bf16-mixed"
+    if getattr(a, "hf_config", None) and ts.recompute == "none":
+        from labkit.predict.step_inputs import hf_step_shape
+        from labkit.shapes.hf_config import from_config, resolve
+
+        spec = from_config(resolve(a.hf_config))
+        step = hf_step_shape(spec, ts.micro_batch, ts.seq_len, precision, torch_name(ts.attention), False,
+                             None, "cuda")
+        source = "transformers' implementation (labkit.predict.activation_options), cache off"
+    else:
+        outside = est.per_device_bytes["activations"] - est.activations_per_layer_bytes * est.layers_per_device
+        step = step_shape(ts, est.activations_per_layer_bytes, outside)
+        source = "Korthikanti et al.'s terms (labkit.predict.estimate)"
+    peak = step_peak(step, reserve_share())
+    return {"bytes": peak.peak, "phase": peak.phase, "by_phase": peak.by_phase, "activations_from": source,
+            "terms": {t.name: t.bytes for t in peak.phases[peak.phase] if t.bytes},
+            "reserve_bytes": peak.reserve.bytes, "optimizer": "the lab's AdamW (single-tensor; fp32 master "
+            "weights in mixed precision)"}
+
+
+def peak_lines(out: dict[str, Any], unit: float, u: str) -> list[str]:
+    """The peak and the verdict for people: phase, the terms alive at the peak, the margin, the fit."""
+    pk, lines = out.get("step_peak"), []
+    if pk is not None:
+        phases = ", ".join(f"{k} {v / unit:,.2f}" for k, v in pk["by_phase"].items())
+        terms = ", ".join(f"{k} {v / unit:,.2f}" for k, v in pk["terms"].items())
+        lines += [f"whole-step peak (predicted): {pk['bytes'] / unit:,.2f} {u} in the {pk['phase']} phase "
+                  f"({phases})", f"  at the peak: {terms}", f"  activations from {pk['activations_from']}; "
+                  f"optimizer: {pk['optimizer']}"]
+        if pk["reserve_bytes"]:
+            lines.append(f"  caching allocator's margin: {pk['reserve_bytes'] / unit:,.2f} {u} beyond the peak "
+                         "(the largest reserve measured on the H200, as a share of the peak)")
+    if "gpu" in out:
+        where = (f"{out['gpu']} ({out['capacity']} capacity: {out['device_bytes'] / 2**30:.1f} GiB = "
+                 f"{out['device_bytes'] / 1e9:.1f} GB)")
+        gap = abs(out["headroom_bytes"]) / unit
+        judged = f"judged on the {out['judged_on']}"
+        lines.append(f"fits on {where}: yes, {gap:,.1f} {u} to spare ({judged})" if out["fits"] else
+                     f"does not fit on {where}: short by {gap:,.1f} {u} ({judged})")
+        if out["fits"] and pk is not None and out["headroom_bytes"] < pk["reserve_bytes"]:
+            lines.append("  tight: inside the capacity but not the allocator's margin (the allocator frees its "
+                         "cache and retries before it fails; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps)")
+    return lines
