@@ -109,12 +109,12 @@ def test_course_commands_name_a_bad_path_in_one_line(tmp_path):
 
 def test_the_key_answers_every_exercise_and_prediction(tmp_path):
     from labkit.course.key import answer_key
-    from labkit.course.regrade import _exercises
+    from labkit.course.regrade import exercises
     from labkit.teach.predictions import PREDICTIONS
 
     (tmp_path / "p.json").write_text(json.dumps({"01.predict.largest_category": "activations"}))
     text = answer_key(designs=False, answers=tmp_path / "p.json")
-    assert all(f"- {k}: " in text for k in _exercises()) and all(f"- {k} (" in text for k in PREDICTIONS)
+    assert all(f"- {k}: " in text for k in exercises()) and all(f"- {k} (" in text for k in PREDICTIONS)
     assert "01.predict.largest_category (choice): the largest category of the tiny GPT's training-step memory: " \
            '"activations"' in text
     assert "- 01.design:" in text and "- 09.code.states_per_gpu:" in text

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from labkit.course.copies import ROOT
-from labkit.course.regrade import _exercises
+from labkit.course.regrade import exercises
 from labkit.teach.predictions import PREDICTIONS
 
 PREDICTION_ANSWERS = ROOT / "instructor" / "predictions.json"
@@ -37,13 +37,13 @@ def answer_key(designs: bool = True, answers: Path = PREDICTION_ANSWERS) -> str:
     from labkit import practice
     from labkit.practice import design
 
-    exercises = _exercises()
+    registered = exercises()
     revealed = _revealed(answers)
-    books = sorted({k[:2] for k in [*exercises, *PREDICTIONS, *practice.CODING, *design.TASKS]})
+    books = sorted({k[:2] for k in [*registered, *PREDICTIONS, *practice.CODING, *design.TASKS]})
     out = ["# labkit answer key (computed by labkit; instructors only)", ""]
     for nb in books:
         out.append(f"## notebook {nb}")
-        for key, ex in exercises.items():
+        for key, ex in registered.items():
             if key[:2] != nb:
                 continue
             mistakes = "; ".join(f"{m.name} -> {_fmt(m.value())}" for m in ex.mistakes)

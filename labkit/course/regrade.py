@@ -38,7 +38,7 @@ class Flag:
         return f"{self.key}: {self.what}"
 
 
-def _exercises() -> dict:
+def exercises() -> dict:
     for topic in TOPICS:
         importlib.import_module(f"labkit.{topic}.exercises")
     import labkit.practice  # noqa: F401 - registers the reasoning exercises
@@ -57,14 +57,14 @@ def _number(x: object) -> float | None:
 
 def exercise_flags(entries: list[journal.Entry]) -> list[Flag]:
     """Self-check and reasoning tries whose stored verdict labkit's model does not give."""
-    exercises, flags = _exercises(), []
+    known, flags = exercises(), []
     for e in entries:
         if e.kind not in ("exercise", "reasoning") or e.event != "try":
             continue
-        if e.key not in exercises:
+        if e.key not in known:
             flags.append(Flag(e.key, "no such exercise in this labkit"))
             continue
-        ex, value = exercises[e.key], _number(e.answer)
+        ex, value = known[e.key], _number(e.answer)
         right = ex.answer()
         ok = value is not None and abs(value - right) <= ex.rel_tol * abs(right) + 1e-12
         if ok != bool(e.ok):
