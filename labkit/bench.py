@@ -30,7 +30,8 @@ LABS = Path(__file__).resolve().parent.parent / "labs"
 STATES = ("parameters", "gradients", "optimizer")
 NOTEBOOK_TARGET_S = 120.0
 # Each topic's figures: a module with main(quick), imported lazily by name (topics sit above the core).
-TOPIC_BENCHES = ("labkit.inter_layer.bench", "labkit.intra_layer.bench", "labkit.offload.bench")
+TOPIC_BENCHES = ("labkit.inter_layer.bench", "labkit.intra_layer.bench", "labkit.offload.bench",
+                 "labkit.advisor.bench")
 
 
 @dataclass(frozen=True)

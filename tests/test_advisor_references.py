@@ -46,3 +46,15 @@ def test_tables_print_published_beside_predicted() -> None:
     assert "framework fsdp" in text and "mpt-70b on 64" in text and "published s" in text
     with pytest.raises(LabkitError, match="^reference set must be one of sc21-table1"):
         rs.compare("mlperf")
+
+
+def test_bench_prints_every_reference_set(capsys) -> None:
+    from labkit import bench
+    from labkit.advisor import bench as advisor_bench
+
+    assert "labkit.advisor.bench" in bench.TOPIC_BENCHES
+    advisor_bench.main(quick=True)
+    out = capsys.readouterr().out
+    for name in rs.SETS:
+        assert rs.SOURCE[name] in out
+    assert out.count("worst:") == len(rs.SETS)

@@ -120,6 +120,7 @@ def table(name: str) -> str:
     """One reference set as text: published and predicted step seconds, model TFLOP/s per GPU, the ratio."""
     rows = [[r.label, r.gpus, r.layout.label, f"{r.published_s:,.3g}", f"{r.predicted_s:,.3g}", f"{r.ratio:.2f}",
              f"{r.published_tflops:.0f}", f"{r.predicted_tflops:.0f}"] for r in compare(name)]
-    head = ["run", "GPUs", "layout", "published s", "labkit s", "ratio", "published TFLOP/s", "labkit TFLOP/s"]
+    head = ["run", "GPUs", "layout", "published s", "labkit s", "ratio", "published model TFLOP/s/GPU",
+            "labkit model TFLOP/s/GPU"]
     return (f"{SOURCE[name]} (framework {FRAMEWORK[name]}, tolerance {TOLERANCE[name]:.0%}):\n"
             + text_table(head, rows))
