@@ -15,7 +15,8 @@ disagree because they count different gradients:
 
 The lab's own ``train.MasterWeightAdamW`` holds ZeRO's 16 between steps, but while its
 AdamW update runs it also holds the fp32 copy of every gradient it made from the
-16-bit one: 20, Megatron's fp16 row. ``measure_update_states`` reads that off a real step.
+16-bit one: 20, Megatron's fp16 row. ``measure_update_states`` reads that off a real step; the three
+conventions themselves are ``labkit.predict.bytes_per_param.STATE_CONVENTIONS``.
 """
 
 from __future__ import annotations
@@ -26,40 +27,8 @@ import torch
 
 from labkit.errors import LabkitError
 from labkit.measure import unique_bytes
+from labkit.predict.bytes_per_param import StateConvention
 from labkit.rig.train import MasterWeightAdamW, Trainer
-
-
-@dataclass(frozen=True)
-class StateConvention:
-    """Bytes per parameter of each model-state tensor under one published convention."""
-
-    name: str
-    source: str
-    weights16: int  # 16-bit model weights
-    grads16: int  # 16-bit gradients on the model
-    grads32: int  # fp32 gradients (accumulated in fp32, or an fp32 copy of the 16-bit ones)
-    master: int  # fp32 master weights
-    moments: int  # Adam's fp32 momentum and variance
-
-    @property
-    def bytes_per_param(self) -> int:
-        return self.weights16 + self.grads16 + self.grads32 + self.master + self.moments
-
-    @property
-    def formula(self) -> str:
-        labels = {"weights16": "16-bit w", "grads16": "16-bit g", "grads32": "fp32 g", "master": "fp32 master",
-                  "moments": "m, v"}
-        return " + ".join(f"{getattr(self, k)} ({label})" for k, label in labels.items() if getattr(self, k))
-
-
-CONVENTIONS = (
-    StateConvention("ZeRO", "Rajbhandari et al., SC 2020, section 3.1 (2 + 2 + K, K = 12)", 2, 2, 0, 4, 8),
-    StateConvention("fp32 gradients", "Megatron-LM docs, distributed optimizer (bf16 params, fp32 grads: 18); "
-                    "DeepSpeed estimate_zero3_model_states_mem_needs (18 B per parameter over the GPUs; with the "
-                    "optimizer offloaded, 2 stay on the GPU and 16 go to the CPU)", 2, 0, 4, 4, 8),
-    StateConvention("16-bit gradients + fp32 copy", "Megatron-LM docs, distributed optimizer "
-                    "(fp16 params, fp16 grads: 20)", 2, 2, 4, 4, 8),
-)
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.predict import offload_model as om
+from labkit.predict.bytes_per_param import FP32_GRADIENTS, GRAD16, GRAD32, MASTER, MOMENTS, WEIGHT16, ZERO
 
 CONVENTIONS = ("zero", "deepspeed")
 UNITS = {"GB": 1e9, "GiB": float(2**30)}
 DEFAULT_UNITS = {"zero": "GB", "deepspeed": "GiB"}
 OFFLOAD_DEVICES = ("none", "cpu")
 BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for host memory
-BYTES_PER_PARAM = {"zero": 16, "deepspeed": 18}  # fully partitioned (stage 3), nothing offloaded
+BYTES_PER_PARAM = {"zero": ZERO.bytes_per_param, "deepspeed": FP32_GRADIENTS.bytes_per_param}  # stage 3, no offload
 STATE_KEYS = ("parameters", "gradients", "optimizer", "gather_buffer")
 
 
@@ -109,16 +110,17 @@ def per_param(convention: str, setup: StateSetup) -> dict[str, float]:
     require_choice("convention", convention, CONVENTIONS)
     s, n = setup.zero_stage, setup.dp
     opt_off, par_off = setup.offload_optimizer == "cpu", setup.offload_param == "cpu"
+    k = MASTER + MOMENTS  # ZeRO's K = 12
     if convention == "zero":
-        out = {"parameters": 2 / (n if s >= 3 else 1), "gradients": 2 / (n if s >= 2 else 1),
-               "optimizer": 12 / (n if s >= 1 else 1)}
+        out = {"parameters": WEIGHT16 / (n if s >= 3 else 1), "gradients": GRAD16 / (n if s >= 2 else 1),
+               "optimizer": k / (n if s >= 1 else 1)}
         if opt_off:  # the GPU side of labkit.predict.offload_model, the lab's one source for offload bytes
             out = {"parameters": _zero_offload(s).gpu_bytes_per_param(n), "gradients": 0.0, "optimizer": 0.0}
         if par_off:
             out["parameters"] = 0.0
         return out
     if s == 3:  # stage3.py: 18 P / N, or 2 P / N with the optimizer offloaded, or nothing with both
-        out = {"parameters": 2 / n, "gradients": 4 / n, "optimizer": 12 / n}
+        out = {"parameters": WEIGHT16 / n, "gradients": GRAD32 / n, "optimizer": k / n}
         if opt_off:
             out["gradients"] = out["optimizer"] = 0.0
         if par_off:
@@ -126,9 +128,9 @@ def per_param(convention: str, setup: StateSetup) -> dict[str, float]:
         return out
     shard = n if s >= 1 else 1  # stage_1_and_2.py: 2 P + 18 P / N, or 2 P with the optimizer offloaded
     if opt_off:
-        return {"parameters": 2.0, "gradients": 0.0, "optimizer": 0.0}
-    grads = 6 / shard if s >= 2 else 2 + 4 / shard  # stage 1 keeps the 16-bit gradients whole
-    return {"parameters": 2.0, "gradients": grads, "optimizer": 12 / shard}
+        return {"parameters": float(WEIGHT16), "gradients": 0.0, "optimizer": 0.0}
+    grads = (GRAD16 + GRAD32) / shard if s >= 2 else GRAD16 + GRAD32 / shard  # stage 1 keeps 16-bit grads whole
+    return {"parameters": float(WEIGHT16), "gradients": grads, "optimizer": k / shard}
 
 
 def _zero_offload(stage: int) -> om.OffloadModel:

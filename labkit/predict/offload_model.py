@@ -1,5 +1,7 @@
 """The one source for the offload strategies' bytes: where each model state lives, what moves per step.
 
+Each term's bytes per parameter are read from ``labkit.predict.bytes_per_param``.
+
 Every figure is a sum of named terms (:class:`Term`), each with its reason, so two accountings
 that differ can be told apart term by term (:func:`difference`). Units: bytes per parameter
 (Psi parameters); a term marked ``sharded`` is divided over the ``dp`` data-parallel GPUs
@@ -43,6 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.predict import bytes_per_param as bpp
+from labkit.predict.bytes_per_param import FP32, GRAD16, GRAD32, WEIGHT16
 
 PLACES = ("gpu", "host", "nvme")
 FLOWS = ("link_down", "link_up", "nvme_read", "nvme_write", "step_read", "step_write")
@@ -172,71 +176,73 @@ MOM = "fp32 Adam momentum"
 VAR = "fp32 Adam variance"
 G32 = "fp32 gradients"
 
-_FP32_STATES = (Term(MASTER, 4, "the optimizer updates fp32 copies (mixed precision, Micikevicius et al. 2018)"),
-                Term(MOM, 4, "Adam's first moment"), Term(VAR, 4, "Adam's second moment"))
-_ADAM_READ = (Term("Adam reads fp32 parameters, momentum, variance", 12, "each read once by the update"),
-              Term(f"Adam reads {G16}", 2, "the gradient the update applies"))
-_ADAM_WRITE = (Term("Adam writes fp32 parameters, momentum, variance", 12, "each written once by the update"),
-               Term(f"Adam writes {P16}", 2, "the rounded copy the next forward uses"))
+_FP32_STATES = (Term(MASTER, bpp.MASTER, "the optimizer updates fp32 copies (mixed precision, Micikevicius et al. "
+                     "2018)"),
+                Term(MOM, FP32, "Adam's first moment"), Term(VAR, FP32, "Adam's second moment"))
+_ADAM_READ = (Term("Adam reads fp32 parameters, momentum, variance", 3 * FP32, "each read once by the update"),
+              Term(f"Adam reads {G16}", GRAD16, "the gradient the update applies"))
+_ADAM_WRITE = (Term("Adam writes fp32 parameters, momentum, variance", 3 * FP32, "each written once by the update"),
+               Term(f"Adam writes {P16}", WEIGHT16, "the rounded copy the next forward uses"))
 
 
 
 def _states_moved(extra: str | None, why: str) -> tuple[Term, ...]:
     """The fp32 optimizer states (and ``extra``, the paper's fp32 gradients) moved once, one term each."""
     names = (MASTER, MOM, VAR) + ((extra,) if extra else ())
-    return tuple(Term(n, 4, why) for n in names)
+    return tuple(Term(n, FP32, why) for n in names)
 
 
 ZERO3 = OffloadModel(
     "zero3", "Rajbhandari et al., ZeRO, SC 2020, section 5 (Figure 1)", 3,
-    gpu=(Term(P16, 2, "partitioned over the data-parallel GPUs, gathered per layer"),
-         Term(G16, 2, "reduce-scattered: each GPU keeps its partition"), *_FP32_STATES),
+    gpu=(Term(P16, WEIGHT16, "partitioned over the data-parallel GPUs, gathered per layer"),
+         Term(G16, GRAD16, "reduce-scattered: each GPU keeps its partition"), *_FP32_STATES),
     step_read=_ADAM_READ, step_write=_ADAM_WRITE)
 
-_HOST_SIDE = (Term(G16, 2, "each rank's gradient partition, copied down during backward (Ren et al., section 4)"),
+_HOST_SIDE = (Term(G16, GRAD16, "each rank's gradient partition, copied down during backward (Ren et al., section 4)"),
               *_FP32_STATES)
 
 ZERO_OFFLOAD = OffloadModel(
     "zero-offload", "Ren et al., ZeRO-Offload, USENIX ATC 2021, section 4", 2,
-    gpu=(Term(P16, 2, "ZeRO-2 does not partition parameters: every GPU holds all of them", sharded=False),),
+    gpu=(Term(P16, WEIGHT16, "ZeRO-2 does not partition parameters: every GPU holds all of them", sharded=False),),
     host=_HOST_SIDE,
-    link_down=(Term(G16, 2, "gradients go to the CPU, which runs Adam"),),
-    link_up=(Term(P16, 2, "the updated parameters come back"),),
+    link_down=(Term(G16, GRAD16, "gradients go to the CPU, which runs Adam"),),
+    link_up=(Term(P16, WEIGHT16, "the updated parameters come back"),),
     step_read=_ADAM_READ, step_write=_ADAM_WRITE)
 
 ZERO3_CPU_OFFLOAD = OffloadModel(
     "zero3-cpu-offload", "ZeRO-3 with the optimizer offloaded to the CPU (Rajbhandari et al., ZeRO-Infinity, SC 2021)",
     3,
-    gpu=(Term(P16, 2, "ZeRO-3 partitions the parameters over the data-parallel GPUs"),),
+    gpu=(Term(P16, WEIGHT16, "ZeRO-3 partitions the parameters over the data-parallel GPUs"),),
     host=_HOST_SIDE,
     link_down=ZERO_OFFLOAD.link_down, link_up=ZERO_OFFLOAD.link_up,
     step_read=_ADAM_READ, step_write=_ADAM_WRITE)
 
 ZERO_INFINITY = OffloadModel(
     "zero-infinity", "Rajbhandari et al., ZeRO-Infinity, SC 2021, sections 3 and 4.1", 3,
-    nvme=(Term(P16, 2, "section 3's model states"), Term(G16, 2, "section 3's model states"),
-          *_FP32_STATES, Term(G32, 4, "section 3 counts an fp32 copy of the gradients among the optimizer states")),
-    link_up=(Term(f"{P16} for forward", 2, "section 4.1: parameters loaded for the forward"),
-             Term(f"{P16} for recompute", 2, "section 4.1: loaded again to recompute checkpointed activations"),
-             Term(f"{P16} for backward", 2, "section 4.1: and for the backward")),
-    link_down=(Term(G16, 2, "section 4.1: gradients stored once"),),
-    nvme_read=(Term(f"{P16} for forward", 2, "every load comes from NVMe"),
-               Term(f"{P16} for recompute", 2, "every load comes from NVMe"),
-               Term(f"{P16} for backward", 2, "every load comes from NVMe"),
+    nvme=(Term(P16, WEIGHT16, "section 3's model states"), Term(G16, GRAD16, "section 3's model states"),
+          *_FP32_STATES,
+          Term(G32, GRAD32, "section 3 counts an fp32 copy of the gradients among the optimizer states")),
+    link_up=(Term(f"{P16} for forward", WEIGHT16, "section 4.1: parameters loaded for the forward"),
+             Term(f"{P16} for recompute", WEIGHT16, "section 4.1: loaded again to recompute checkpointed activations"),
+             Term(f"{P16} for backward", WEIGHT16, "section 4.1: and for the backward")),
+    link_down=(Term(G16, GRAD16, "section 4.1: gradients stored once"),),
+    nvme_read=(Term(f"{P16} for forward", WEIGHT16, "every load comes from NVMe"),
+               Term(f"{P16} for recompute", WEIGHT16, "every load comes from NVMe"),
+               Term(f"{P16} for backward", WEIGHT16, "every load comes from NVMe"),
                *_states_moved(G32, "section 4.1: the optimizer states are read once per step")),
-    nvme_write=(Term(G16, 2, "section 4.1: gradients stored once"),
+    nvme_write=(Term(G16, GRAD16, "section 4.1: gradients stored once"),
                 *_states_moved(G32, "section 4.1: and written once per step")),
     step_read=_ADAM_READ, step_write=_ADAM_WRITE, streams_layers=True)
 
 ZERO_INFINITY_LAB = OffloadModel(
     "zero-infinity-lab", "this lab's streamed run, labkit.offload.zero_infinity (measured to the byte)", 3,
-    nvme=(Term(P16, 2, "one bf16 file per layer group"), *_FP32_STATES),
-    nvme_read=(Term(f"{P16} for forward", 2, "every group fetched once for the forward"),
-               Term(f"{P16} for backward", 2, "blocks fetched again; recompute and backward share the fetch "
+    nvme=(Term(P16, WEIGHT16, "one bf16 file per layer group"), *_FP32_STATES),
+    nvme_read=(Term(f"{P16} for forward", WEIGHT16, "every group fetched once for the forward"),
+               Term(f"{P16} for backward", WEIGHT16, "blocks fetched again; recompute and backward share the fetch "
                     "(the outer layers stay for the whole step)", blocks_only=True),
                *_states_moved(None, "a group's states are read once, just before its update")),
     nvme_write=(*_states_moved(None, "written back once by the update"),
-                Term(P16, 2, "the rounded parameters for the next step")),
+                Term(P16, WEIGHT16, "the rounded parameters for the next step")),
     step_read=_ADAM_READ, step_write=_ADAM_WRITE, streams_layers=True)
 
 MODELS = {m.name: m for m in (ZERO3, ZERO_OFFLOAD, ZERO3_CPU_OFFLOAD, ZERO_INFINITY, ZERO_INFINITY_LAB)}

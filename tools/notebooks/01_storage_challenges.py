@@ -44,9 +44,10 @@ from labkit import hardware
 from labkit.measure import measure_flops, measure_step, peak_step_bytes
 from labkit.measure.activation_ledger import activation_ledger
 from labkit.measure.compare import layer_comparison, memory_comparison, setup_for
-from labkit.measure.state_conventions import CONVENTIONS, measure_update_states
+from labkit.measure.state_conventions import measure_update_states
 from labkit.predict import tables
 from labkit.predict.budget_analogy import scaled_budget
+from labkit.predict.bytes_per_param import STATE_CONVENTIONS
 from labkit.predict.estimate import TrainingSetup, activation_bytes_per_layer, estimate_memory, training_flops
 from labkit.references import failure_traces
 from labkit.rig import data
@@ -240,14 +241,14 @@ print(memory_comparison(step16, setup_for(shape, 16, "bf16-mixed")))
 at_update = measure_update_states(Trainer(TrainConfig(model=config.model, precision="bf16-mixed")))
 print(tables.text_table(
     ["convention", "formula (B per parameter, by tensor)", "total (B per parameter)", "measured"],
-    [[c.name, c.formula, c.bytes_per_param, f"{at_update.holds(c):.2f}"] for c in CONVENTIONS]))
-for c in CONVENTIONS:
+    [[c.name, c.formula, c.bytes_per_param, f"{at_update.holds(c):.2f}"] for c in STATE_CONVENTIONS]))
+for c in STATE_CONVENTIONS:
     print(f"{c.name}: {c.source}")
 print(f"between steps: {step16.model_states / shape.params:.2f} B per parameter; "
       f"as the update starts: {at_update.at_update:.2f} (measured)")
-assert [at_update.holds(c) for c in CONVENTIONS] == [c.bytes_per_param for c in CONVENTIONS]
-assert step16.model_states / shape.params == CONVENTIONS[0].bytes_per_param
-assert at_update.at_update == CONVENTIONS[-1].bytes_per_param
+assert [at_update.holds(c) for c in STATE_CONVENTIONS] == [c.bytes_per_param for c in STATE_CONVENTIONS]
+assert step16.model_states / shape.params == STATE_CONVENTIONS[0].bytes_per_param
+assert at_update.at_update == STATE_CONVENTIONS[-1].bytes_per_param
 
 # %% [markdown]
 # **Two kernels, two accountings.** The paper counts 1-byte dropout masks, as fused
