@@ -37,15 +37,18 @@ from labkit.advisor.profiles import DEFAULT_FRAMEWORK
 from labkit.advisor.rules import FIT_RULES, layout_problem, memory_problems, option_problem, shortfall
 from labkit.errors import LabkitError, divisors, require_choice, require_limit, require_positive
 from labkit.hardware import GB
+from labkit.predict import attention as attn
 from labkit.predict.estimate import RECOMPUTE
 from labkit.shapes import ModelShape, model_shape
 
 MICRO_BATCHES = (1, 2, 4, 8)
 SEARCHED = ("dp", "tp", "pp", "micro_batch", "zero_stage", "recompute", "offload", "precision", "optimizer_bits")
-FIXED_ONLY = ("schedule", "chunks", "sp", "attention", "first_stage_layers", "last_stage_layers")  # not searched
+# searched around the best plans (``variants``) unless the caller fixes them; the stage split only when given
+FIXED_ONLY = ("schedule", "chunks", "sp", "attention", "first_stage_layers", "last_stage_layers")
 # Plans within 3% of the best are shown as ties: the step-time model matches published runs to about 15%
 # (Narayanan et al., SC 2021, Table 1, tests/test_advisor_calibration.py), so a smaller gap is not a ranking.
 TIE_WITHIN = 0.03
+REFINED = 24  # the best plans around which schedule, chunks, sequence parallelism and attention are searched
 
 
 def _divisors(n: int) -> list[int]:
@@ -222,6 +225,13 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
                 continue  # engines do not offer it, or ZeRO over one GPU: the same as stage 0
             plan = evaluate(shape, seq, global_batch, lay, mc)
             (kept if plan.feasible else rejected).append(plan)
+    seen = {p.layout for p in kept}
+    for p in sorted(kept, key=lambda p: p.metric(goal))[:REFINED]:
+        for lay in variants(shape, p.layout, fixed):
+            if lay not in seen:
+                seen.add(lay)
+                plan = evaluate(shape, seq, global_batch, lay, mc)
+                (kept if plan.feasible else rejected).append(plan)
     kept.sort(key=lambda p: (p.metric(goal), p.step_s, p.layout.label))
     kept = simpler_first(kept, goal)
     adv = Advice(shape.name, mc.cluster.device.name, mc.cluster.n_gpus, global_batch, seq, goal, tuple(kept),
@@ -232,11 +242,26 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses), framework=mc.profile.name)
 
 
+def variants(shape: ModelShape, lay: Layout, fixed: dict) -> list[Layout]:
+    """``lay`` with the choices searched around the best plans (those the caller did not fix): the attention
+    kernel, sequence parallelism (tp > 1) and the interleaved schedule with the fewest chunks that divide
+    every stage (pp > 1). Each only adds memory to the defaults, so plans rejected for memory need none."""
+    atts = [lay.attention] if "attention" in fixed else list(attn.KINDS)
+    sps = [lay.sp] if "sp" in fixed or lay.tp == 1 else [True, False]
+    scheds = [(lay.schedule, lay.chunks)]
+    if lay.pp > 1 and not {"schedule", "chunks"} & set(fixed):
+        counts = lay.stage_layers(shape.layers)
+        v = next((v for v in range(2, min(counts) + 1) if all(n % v == 0 for n in counts)), 0)
+        scheds += [("interleaved", v)] if v else []
+    return [replace(lay, attention=a, sp=sp, schedule=sc, chunks=c) for a in atts for sp in sps for sc, c in scheds
+            if (a, sp, sc, c) != (lay.attention, lay.sp, lay.schedule, lay.chunks)]
+
+
 def complexity(lay: Layout) -> tuple:
     """What a plan asks of its user, least first: 8-bit states, offload, parallel dimensions, ZeRO stage,
-    recompute, interleaving. Among near-ties the simpler plan goes first."""
+    recompute, interleaving, no sequence parallelism, explicit attention. Near-ties go to the simpler plan."""
     return (lay.optimizer_bits == 8, lay.offload != "none", sum(d > 1 for d in (lay.dp, lay.tp, lay.pp)),
-            lay.zero_stage, lay.recompute != "none", lay.chunks, not lay.sp)
+            lay.zero_stage, lay.recompute != "none", lay.chunks, not lay.sp, lay.attention != "fused")
 
 
 def simpler_first(ranked: list[Plan], goal: str, within: float = TIE_WITHIN) -> list[Plan]:
