@@ -44,3 +44,20 @@ def test_a_corrupt_file_is_named(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(LabkitError, match="must be JSON lines"):
         h200_rows(str(bad))
+
+
+def test_estimate_prints_llama_2_7b_peak_and_margin_within_3_percent_of_the_h200(capsys):
+    from labkit.cli import main
+
+    (row,) = [r for r in h200_rows() if (r.case, r.layers, r.batch, r.seq) == ("llama-2-7b", None, 1, 4096)]
+    argv = ["estimate", "--hf-config", "llama-2-7b", "--micro-batch", "1", "--seq", "4096", "--precision",
+            "bf16-mixed", "--gpu", "h200"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert abs(out["step_peak"]["bytes"] / row.measured - 1) < 0.03 and out["step_peak"]["phase"] == row.phase
+    assert out["headroom_bytes"] == pytest.approx(out["device_bytes"] - out["step_peak"]["bytes"])
+    assert abs(out["headroom_bytes"] / (out["device_bytes"] - row.measured) - 1) < 0.03
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"whole-step peak (predicted): {out['step_peak']['bytes'] / 1e9:,.2f} GB in the optimizer phase" in text
+    assert "model states: convention zero" in text
