@@ -90,3 +90,19 @@ def test_bad_value_is_one_line_naming_the_flag_exit_2(capsys, base, argv, messag
 
 def test_at_least_40_cases() -> None:
     assert len(CASES) >= 40
+
+
+def test_model_and_hf_config_accept_the_same_shipped_names(capsys) -> None:
+    import json
+
+    for flag in ("--model", "--hf-config"):
+        assert main(["advise", flag, "mistral-7b", "--seq", "4096", "--batch", "8", "--gpus", "8", "--top", "1",
+                     "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["model"] == "mistral-7b"
+
+
+@pytest.mark.parametrize("flag", ["--model", "--hf-config"])
+def test_a_long_context_config_needs_seq(capsys, flag: str) -> None:
+    assert main(["advise", flag, "mistral-7b", "--batch", "8", "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "seq must be given for mistral-7b: its config allows 32,768 positions, more than 8,192" in err

@@ -37,9 +37,7 @@ def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
     if hf is not None:
         if a.params is not None or a.model or custom:
             raise LabkitError("hf_config must be given alone: not with --model, --params or the shape flags")
-        from labkit.shapes.hf_config import shape_from_hf_config
-
-        return shape_from_hf_config(hf)
+        return _from_config(hf, a)
     if a.params is not None:
         if a.model or custom:
             raise LabkitError("params must be given alone: not with --model or the shape flags")
@@ -47,6 +45,11 @@ def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
     if a.model:
         if custom:
             raise LabkitError("model must be given alone: not with the shape flags " + ", ".join(custom))
+        from labkit.shapes import load_models
+        from labkit.shapes.hf_config import shipped_configs
+
+        if str(a.model).lower() not in load_models() and str(a.model).lower() in shipped_configs():
+            return _from_config(str(a.model).lower(), a)  # --model and --hf-config accept the same shipped names
         return model_shape(a.model)
     if not custom:
         raise LabkitError("model must be given: --model NAME, --hf-config FILE, --params N, or --"
@@ -64,6 +67,21 @@ def shape_from_args(a: argparse.Namespace) -> ModelShape | None:
     return ModelShape(name="custom", **sizes, ffn=parse_int("ffn", a.ffn, positive=False) if a.ffn else 0,
                       gated=bool(getattr(a, "gated", False)), tied=not getattr(a, "untied", False), norm=norm,
                       bias=not llama, learned_pos=not llama)
+
+
+LONGEST_DEFAULT_SEQ = 8192
+
+
+def _from_config(name: str, a: argparse.Namespace) -> ModelShape:
+    """A config file's shape; ``--seq`` must be given when its positions exceed ``LONGEST_DEFAULT_SEQ``: a
+    model that allows 131,072 positions is not trained at all of them by default."""
+    from labkit.shapes.hf_config import shape_from_hf_config
+
+    shape = shape_from_hf_config(name)
+    if getattr(a, "seq", None) is None and shape.seq > LONGEST_DEFAULT_SEQ:
+        raise LabkitError(f"seq must be given for {shape.name}: its config allows {shape.seq:,} positions, more than "
+                          f"{LONGEST_DEFAULT_SEQ:,}; pass --seq N, the length you train at (got none)")
+    return shape
 
 
 def _style_flags(a: argparse.Namespace) -> list[str]:
