@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,8 @@ PROCS = {  # test files that start real process groups, crash workers or subproc
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Kernels started by nbval and the browser test inherit this: their journal starts empty, outside labs/.
+    os.environ["LABKIT_JOURNAL"] = os.path.join(tempfile.mkdtemp(prefix="labkit-journal-"), "labkit-journal.jsonl")
     for name, what in (("procs", "starts real processes (process groups, crash workers, subprocesses)"),
                        ("notebook", "strict nbval of a notebook in labs/"),
                        ("browser", "runs the lab in headless Chromium")):

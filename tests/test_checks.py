@@ -138,3 +138,21 @@ def test_a_capitalised_choice_is_the_choice():
 def test_wrong_never_ends_with_right_within():
     fb = checks.reveal_number(3, 1.0, "x", "x", 1)
     assert str(fb).startswith("Wrong") and "right within" not in str(fb)
+
+
+def test_every_reveal_in_the_notebooks_carries_its_registered_id():
+    import ast
+    from pathlib import Path
+
+    from labkit.teach.predictions import PREDICTIONS, notebook_keys
+
+    for src in sorted((Path(__file__).resolve().parent.parent / "tools" / "notebooks").glob("0*.py")):
+        keys = []
+        for node in ast.walk(ast.parse(src.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("reveal", "reveal_number",
+                                                                                 "reveal_claims"):
+                key = next((k.value for k in node.keywords if k.arg == "key"), None)
+                assert isinstance(key, ast.Constant), f"{src.name}:{node.lineno}: a reveal without key="
+                keys.append(key.value)
+        assert sorted(keys) == sorted(notebook_keys(src.name[:2])), src.name
+    assert all(k.split(".")[1] == "predict" for k in PREDICTIONS)
