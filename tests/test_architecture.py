@@ -127,13 +127,5 @@ def test_few_loose_modules_and_every_package_says_its_job():
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_over_300_lines(path: Path):
     lines = len(path.read_text().splitlines())
-    if path.relative_to(ROOT).as_posix() in KNOWN_LONG:
-        pytest.xfail(f"{lines} lines: still to split (issue 23)")
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_LINES}): split it"
 
-
-KNOWN_LONG: set[str] = {  # being split along their seams (issue 23); empty when done
-    "labkit/inter_layer/pipeline.py", "labkit/inter_layer/zero.py",
-    "labkit/intra_layer/megatron.py", "labkit/intra_layer/multidim.py",
-    "labkit/offload/vdnn.py",
-}

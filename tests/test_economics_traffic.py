@@ -89,6 +89,9 @@ def test_llama2_beside_labkit_splits_into_three_factors():
         assert math.prod(b.factors.values()) == pytest.approx(b.t_co2 / b.paper.t_co2)
         assert 0.35 < b.paper.implied_mfu() < 0.5
         assert b.factors["GPU-hours"] == pytest.approx(b.paper.implied_mfu() / strategies.MFU, rel=0.02)
+        hours, tonnes = b.records  # the paper's figure is the measured one, labkit's the predicted
+        assert (hours.measured, hours.predicted, tonnes.measured) == (b.paper.gpu_hours, b.gpu_hours, b.paper.t_co2)
+        assert tonnes.ratio == pytest.approx(1 / math.prod(b.factors.values()))
     assert {b.paper.name for b in published.beside()} == {"llama2-7b", "llama2-13b", "llama2-70b"}
 
 

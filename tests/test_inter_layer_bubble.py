@@ -23,6 +23,7 @@ def test_measured_is_never_below_the_replay_of_its_own_durations(results):
         assert len(r.measured) == len(r.replayed) == 2
         assert all(0 <= rep <= meas + 1e-9 < 1 for meas, rep in zip(r.measured, r.replayed, strict=True)), r.label
         assert r.formula == bubble_fraction(r.p, r.m, r.v)
+        assert [(rec.measured, rec.predicted) for rec in r.records] == [(m, r.formula) for m in r.measured]
         measured, replayed = r.timelines
         assert sorted(e.name for e in measured.events) == sorted(e.name for e in replayed.events)
         assert replayed.makespan <= measured.makespan + 1e-9

@@ -100,7 +100,7 @@ def test_compare_rows_measured_equal_predicted(groups):
             rows = zero.compare(ranks)
             assert rows and [row for row in rows if row.measured != row.predicted] == []
             if ranks[0].model["vocab_size"] == zero.MODEL["vocab_size"]:
-                assert all(row.paper == row.measured for row in rows if row.category in zero.CATEGORIES)
+                assert all(row.paper == row.measured for row in rows if row.name in zero.CATEGORIES)
 
 
 def test_padding_when_shapes_do_not_split_is_measured_as_predicted(groups, reference):
@@ -127,7 +127,7 @@ def test_the_dispatch_count_agrees_with_what_gloo_ran(runs):
                 row["calls"] += v["calls"]
                 row["elements"] += v["elements"]
             assert r.profiled == as_gloo, s
-            gloo = [row for row in zero.compare([r]) if row.category == "comm volume on gloo"]
+            gloo = [row for row in zero.compare([r]) if row.name == "comm volume on gloo"]
             assert gloo[0].measured == zero.volume(r.steady, "gloo") == gloo[0].predicted
     assert zero.volume(runs[2]["zero2"][0].steady, "gloo") == 3 * PSI  # 2 Psi for the reduce-scatter
     assert zero.volume(runs[2]["zero3"][0].steady, "gloo") == 4 * PSI

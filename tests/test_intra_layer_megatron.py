@@ -118,7 +118,7 @@ def test_compare_rows_measured_equal_predicted(runs):
     for ranks in runs.values():
         rows = megatron.compare(ranks)
         assert rows and [row for row in rows if row.measured != row.predicted] == []
-        assert any(row.paper for row in rows if row.category.startswith("activation"))
+        assert any(row.paper for row in rows if row.name.startswith("activation"))
 
 
 def test_bad_input_names_the_field_and_the_allowed_values():

@@ -60,6 +60,8 @@ def test_zero_infinity_bytes_bits_and_cleanup(plain, tmp_path: Path) -> None:
     psi, psi_b = run.params, run.block_params
     assert run.bytes_read == [14 * psi + 2 * psi_b] * STEPS == [run.predicted["read"]] * STEPS
     assert run.bytes_written == [14 * psi] * STEPS == [run.predicted["write"]] * STEPS
+    assert [(r.name, r.measured, r.error) for r in run.records] == [
+        ("bytes read per step", 14 * psi + 2 * psi_b, 0.0), ("bytes written per step", 14 * psi, 0.0)]
     assert run.raw is not None and run.read_ratio is not None and run.read_ratio > 0
     assert list(tmp_path.iterdir()) == []
 

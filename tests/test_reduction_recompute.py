@@ -131,7 +131,7 @@ def test_trace_predicts_real_peaks_of_uniform_and_optimal_plans(trace):
     assert any(p.fits and p.recompute_flops > best.recompute_flops for p in table[:-1])  # the DP saves work
     for plan in (uniform_plan("sqrt", 6), best.plan):
         check = check_peak(TRAIN6, trace, plan)
-        assert 0 <= check.error_percent < 0.05, check  # safe side, see checkpoint_plan's docstring
+        assert 0 <= 100 * check.error < 0.05, check  # safe side, see checkpoint_plan's docstring
     assert check.measured <= budget
     text = plan_text(table, budget)
     assert "optimal" in text and "sqrt" in text

@@ -23,6 +23,7 @@ from pathlib import Path
 from labkit import hardware
 from labkit.economics import run
 from labkit.errors import LabkitError, read_toml
+from labkit.measure.record import Record
 from labkit.predict.estimate import training_flops
 from labkit.shapes import model_shape
 
@@ -96,6 +97,15 @@ class Beside:
     @property
     def t_co2(self) -> float:
         return self.predicted.kg_co2 / 1000
+
+    @property
+    def records(self) -> tuple[Record, Record]:
+        """The paper's GPU-hours and tonnes (a real run's) beside labkit's prediction of them."""
+        p, where = self.paper, (("run", self.paper.name),)
+        return (Record("GPU-hours", p.gpu_hours, self.gpu_hours, "GPU-hours", "labkit.economics.run.cost_run",
+                       p.gpu_hours, p.source, where),
+                Record("t CO2e", p.t_co2, self.t_co2, "tonnes", "labkit.economics.run.cost_run", p.t_co2, p.source,
+                       where))
 
     @property
     def factors(self) -> dict[str, float]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from labkit.errors import require_positive
 from labkit.inter_layer.pipeline import PipelineConfig, PipelineRun, measured_bubble, run_pipelines, timeline_of
+from labkit.measure.record import Record
 from labkit.sim import Action, Timeline, bubble_fraction, replay_schedule, schedule, simulate_pipeline
 
 MODEL: dict[str, Any] = {"n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 64, "dropout": 0.0}
@@ -49,6 +50,14 @@ class BubbleResult:
     compute_ms: list[float]  # mean duration of one action, per repeat
     step_ms: list[float]
     timelines: tuple[Timeline, Timeline] | None = None  # the last repeat: measured, replayed (seconds)
+
+    @property
+    def records(self) -> list[Record]:
+        """Each repeated step's measured bubble beside the formula (fractions of the step; wall-clock, not asserted)."""
+        return [Record(f"bubble, step {k + 1}", measured, self.formula, "fraction of the step",
+                       "(p-1)/(v*m+p-1): Huang et al. 2019, Narayanan et al. 2021", note=f"replayed {replayed:.3f}",
+                       where=(("schedule", self.label),))
+                for k, (measured, replayed) in enumerate(zip(self.measured, self.replayed, strict=True))]
 
     @staticmethod
     def spread(xs: list[float]) -> tuple[float, float, float]:

@@ -26,8 +26,8 @@ def zero_table(results: dict[str, list[RankResult]], rank: int = 0) -> str:
     for strategy, ranks in results.items():
         for r in compare([ranks[rank]]):
             paper = "-" if r.paper is None else f"{r.paper:,.0f}"
-            unit = "elements" if r.category.startswith("comm") else "B"
-            rows.append([strategy, r.category, unit, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
+            unit = "elements" if r.unit == "elements" else "B"
+            rows.append([strategy, r.name, unit, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
     return text_table(["strategy", f"rank {rank}", "unit", "measured", "predicted", "paper (ZeRO)"], rows)
 
 

@@ -16,10 +16,10 @@ def megatron_table(results: dict[str, list[megatron.RankResult]], rank: int = 0)
     rows = []
     for label, ranks in results.items():
         for r in megatron.compare([ranks[rank]]):
-            if r.category.startswith("activation bytes, layer") and not r.category.endswith(" 0"):
+            if r.name.startswith("activation bytes, layer") and not r.name.endswith(" 0"):
                 continue
             paper = "-" if r.paper is None else f"{r.paper:,.0f}"
-            rows.append([label, r.category, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
+            rows.append([label, r.name, f"{r.measured:,.0f}", f"{r.predicted:,.0f}", paper])
     return text_table(["run", f"rank {rank}", "measured", "predicted", "paper"], rows)
 
 

@@ -1,8 +1,8 @@
 """Measured beside predicted: the tables the notebooks print and the tests assert on.
 
-A ``Comparison`` row holds a measured value from ``labkit.measure`` and the value
-``labkit.predict.estimate`` predicts for the same configuration; ``worst_error`` is what a
-notebook asserts and a test bounds.
+A ``Comparison`` holds :class:`labkit.measure.record.Record` rows: each a measured value from
+``labkit.measure`` and the value ``labkit.predict.estimate`` predicts for the same configuration;
+``worst_error`` is what a notebook asserts and a test bounds.
 """
 
 from __future__ import annotations
@@ -10,30 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.measure import StepMemory
-from labkit.predict.activation_terms import activation_terms
-from labkit.predict.estimate import PRECISIONS, TrainingSetup, estimate_memory
+from labkit.measure.record import Record
+from labkit.predict.estimate import PRECISIONS, TrainingSetup, activation_terms, estimate_memory
 from labkit.shapes import ModelShape
 
-
-@dataclass(frozen=True)
-class Row:
-    name: str
-    measured: float
-    predicted: float
-    note: str = ""
-
-    @property
-    def error(self) -> float:
-        """Relative error of the prediction against the measurement."""
-        if self.measured == 0:
-            return 0.0 if self.predicted == 0 else float("inf")
-        return (self.predicted - self.measured) / self.measured
+SOURCE = "labkit.predict.estimate (ZeRO's model states, Korthikanti et al.'s activations)"
+KORTHIKANTI = "Korthikanti et al. 2022, Table 2's terms"
 
 
 @dataclass(frozen=True)
 class Comparison:
     title: str
-    rows: tuple[Row, ...]
+    rows: tuple[Record, ...]
     unit: str = "bytes"
 
     @property
@@ -64,10 +52,10 @@ def memory_comparison(measured: StepMemory, setup: TrainingSetup) -> Comparison:
     """Parameters, gradients, optimizer states and activations: measured beside the ZeRO/Korthikanti model."""
     est = estimate_memory(setup).per_device_bytes
     rows = (
-        Row("parameters", measured.parameters, est["parameters"]),
-        Row("gradients", measured.gradients, est["gradients"]),
-        Row("optimizer states", measured.optimizer, est["optimizer"]),
-        Row("activations", measured.activations, est["activations"]),
+        Record("parameters", measured.parameters, est["parameters"], "bytes", SOURCE),
+        Record("gradients", measured.gradients, est["gradients"], "bytes", SOURCE),
+        Record("optimizer states", measured.optimizer, est["optimizer"], "bytes", SOURCE),
+        Record("activations", measured.activations, est["activations"], "bytes", SOURCE),
     )
     return Comparison(f"One training step, {setup.precision}, {setup.attention} attention", rows)
 
@@ -80,6 +68,6 @@ def layer_comparison(measured: StepMemory, setup: TrainingSetup, layer: int = 0)
     rows = []
     for t in terms:
         note = "+ mean and rstd, not in the paper" if t.role.startswith("ln_") else t.what
-        rows.append(Row(t.role, by_role.pop(t.role, 0), t.bytes, note))
-    rows += [Row(role, nbytes, 0, "not in the model") for role, nbytes in by_role.items()]
+        rows.append(Record(t.role, by_role.pop(t.role, 0), t.bytes, "bytes", KORTHIKANTI, note=note))
+    rows += [Record(role, nbytes, 0, "bytes", KORTHIKANTI, note="not in the model") for role, nbytes in by_role.items()]
     return Comparison(f"Layer {layer}: bytes saved for backward, by the module that saved them", tuple(rows))

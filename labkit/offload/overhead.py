@@ -23,7 +23,8 @@ import torch
 
 from labkit.errors import require_positive
 from labkit.offload.trace import Trace
-from labkit.offload.vdnn import Offloader, _Slot
+from labkit.offload.vdnn import Offloader
+from labkit.offload.vdnn.slots import _Slot
 from labkit.rig.train import Trainer
 
 

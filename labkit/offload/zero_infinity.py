@@ -39,6 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from labkit.errors import LabkitError, require_positive
+from labkit.measure.record import Record
 from labkit.offload.disk.bandwidth import DiskBandwidth, measure_disk
 from labkit.offload.disk.store import DiskStore
 from labkit.predict.offload_model import ZERO_INFINITY, ZERO_INFINITY_LAB
@@ -227,6 +228,13 @@ class ZeroInfinityRun:
     padded_read_bytes: int = 0  # bytes moved to and from the device during the steps (O_DIRECT pads to 4 KiB)
     padded_written_bytes: int = 0
     io_busy_seconds: float = 0.0  # wall-clock time with any read or write in flight
+
+    @property
+    def records(self) -> tuple[Record, Record]:
+        """The last step's bytes read and written beside ``io_bytes_per_step`` (``offload_model.ZERO_INFINITY_LAB``)."""
+        source = "io_bytes_per_step: offload_model.ZERO_INFINITY_LAB (Rajbhandari et al. 2021)"
+        return (Record("bytes read per step", self.bytes_read[-1], self.predicted["read"], "bytes", source),
+                Record("bytes written per step", self.bytes_written[-1], self.predicted["write"], "bytes", source))
 
     @property
     def combined_ratio(self) -> float | None:

@@ -34,6 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from labkit.errors import LabkitError, require_positive
 from labkit.measure import SavedTensorRecorder, peak_step_bytes
+from labkit.measure.record import Record
 from labkit.predict.tables import text_table
 from labkit.reduction.recompute import RecomputePlan, apply_recompute, uniform_plan
 from labkit.rig.train import TrainConfig, Trainer
@@ -206,25 +207,13 @@ def plan_table(trace: LayerTrace, budget: int) -> list[PlanChoice]:
     return rows + [optimal_plan(trace, budget)]
 
 
-@dataclass(frozen=True)
-class PeakCheck:
-    """A plan's predicted peak beside the peak of a real step run under it (bytes)."""
-
-    plan: str
-    predicted: int
-    measured: int
-
-    @property
-    def error_percent(self) -> float:
-        return 100.0 * (self.predicted - self.measured) / self.measured
-
-
-def check_peak(train: TrainConfig, trace: LayerTrace, plan: RecomputePlan) -> PeakCheck:
+def check_peak(train: TrainConfig, trace: LayerTrace, plan: RecomputePlan) -> Record:
     """Apply ``plan`` with ``recompute.apply_recompute`` to a fresh model and measure its real peak."""
     trainer = Trainer(train)
     apply_recompute(trainer.model, plan)
     trainer.step()  # the optimizer states exist before the measured step
-    return PeakCheck(plan.name, predict_peak(trace, plan), peak_step_bytes(trainer))
+    return Record(plan.name, peak_step_bytes(trainer), predict_peak(trace, plan), "bytes",
+                  "predict_peak: the block trace shifted by each segment (Chen et al. 2016)")
 
 
 

@@ -32,7 +32,8 @@ import torch
 
 from labkit.errors import LabkitError, require_choice, require_positive
 from labkit.measure import StepMemory
-from labkit.measure.compare import Comparison, Row
+from labkit.measure.compare import Comparison
+from labkit.measure.record import Record
 from labkit.predict.estimate import activation_bytes_outside_layers, activation_bytes_per_layer, model_state_bytes
 from labkit.rig.data import vocab_size
 from labkit.rig.model import GPTConfig
@@ -140,9 +141,11 @@ def precision_comparison(measured: StepMemory, cfg: GPTConfig, batch: int, preci
     states = model_state_bytes(params, ESTIMATE_PRECISION[precision])
     per_layer, outside = (sum(d.values()) for d in activation_prediction(cfg, batch, precision).values())
     rows = [
-        *(Row(k.replace("optimizer", "optimizer states"), getattr(measured, k), v) for k, v in states.items()),
-        *(Row(f"activations, layer {i}", m, per_layer) for i, m in enumerate(measured.activations_per_layer())),
-        Row("activations, outside layers", sum(measured.outside_layers().values()), outside),
+        *(Record(k.replace("optimizer", "optimizer states"), getattr(measured, k), v, "bytes")
+          for k, v in states.items()),
+        *(Record(f"activations, layer {i}", m, per_layer, "bytes")
+          for i, m in enumerate(measured.activations_per_layer())),
+        Record("activations, outside layers", sum(measured.outside_layers().values()), outside, "bytes"),
     ]
     return Comparison(f"One training step, {precision} ({params:,} parameters)", tuple(rows))
 
