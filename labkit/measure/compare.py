@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from labkit.measure import StepMemory
 from labkit.measure.record import Record
-from labkit.predict.estimate import PRECISIONS, TrainingSetup, activation_terms, estimate_memory
+from labkit.predict.activation_terms import activation_terms
+from labkit.predict.estimate import PRECISIONS, TrainingSetup, estimate_memory
 from labkit.shapes import ModelShape
 
 SOURCE = "labkit.predict.estimate (ZeRO's model states, Korthikanti et al.'s activations)"
