@@ -152,3 +152,13 @@ def test_flow_when_nothing_fits():
     assert [x.answer for x in d[:2]] == [False, False] and "over 1 GPU?" in d[1].question
     assert all(x.answer is None and x.evidence == "no plan fits" for x in d[3:])
     assert len(flow.draw(a, title="no feasible plan").axes[0].patches) == 2 * len(flow.QUESTIONS)
+
+
+def test_capstone_says_plainly_when_the_learner_beats_the_advisor(monkeypatch):
+    """The advisor's best is a search over a finite set: a plan faster than it is named the winner."""
+    slow = capstone.grade({"dp": 8, "tp": 8, "pp": 16, "micro_batch": 1, "recompute": "full"}).plan
+    fast = capstone.best_plan()
+    monkeypatch.setattr(capstone, "best_plan", lambda task=capstone.GPT3_TASK: slow)
+    text = str(capstone.grade(fast.layout))
+    assert "You beat the advisor: your step is" in text and "shorter than its best plan's" in text
+    assert "The largest difference" not in text

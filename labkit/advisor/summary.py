@@ -115,7 +115,9 @@ def summary(model: str | ModelShape = "gpt3-175b", gpu: str = "A100-80GB", gpus:
         rows.append(Row(f"recompute {rec}", "", _total(shape, seq, recompute=rec, **base), 0.0, "-",
                         extra_compute(shape, seq, b, rec), "re-runs the forward of what it dropped"))
     rows.append(Row("no mixed precision (fp32)", "", _total(shape, seq, precision="fp32", **base), 0.0, "-", 0.0,
-                    f"peak {dev.peak_flops['fp32'] / 1e12:g} instead of {dev.peak_flops['bf16'] / 1e12:g} TFLOPS"))
+                    f"GEMMs at {'TF32' if 'tf32' in dev.peak_flops else 'fp32'} "
+                    f"{dev.peak_flops.get('tf32', dev.peak_flops['fp32']) / 1e12:g} instead of "
+                    f"{dev.peak_flops['bf16'] / 1e12:g} TFLOPS"))
     mem8 = footprint.memory(shape, seq, Layout(1, 1, 1, b, optimizer_bits=8), m)["total"]
     rows.append(Row("8-bit Adam states", "", mem8, 0.0, "-", 0.0, "block-wise 8-bit moments, fp32 master kept"))
     for off, name in (("dram", "offload to DRAM (ZeRO-Offload)"), ("nvme", "offload to NVMe (ZeRO-Infinity)")):
