@@ -160,11 +160,29 @@ def _print_errors(configs: tuple[MicroConfig, ...]) -> None:
           f"({worst_act['config']}; target: under 2%)")  # fmt: skip
 
 
+def _print_step_times(path: str) -> None:
+    """Step seconds predicted on a calibration beside measured, for three models it did not use (a ratio each)."""
+    from labkit.hardware.calibration import load
+    from labkit.measure.step_time import bench_models
+
+    cal = load(path)
+    print(f"Step time on this CPU, predicted on the calibration of {cal.machine} ({cal.date}) beside measured")
+    for r in bench_models(cal):
+        print(f"  {r['model']:<16} measured {r['measured_s'] * 1e3:9.1f} ms  predicted {r['predicted_s'] * 1e3:9.1f} ms"
+              f"  measured/predicted {r['ratio']:.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit bench", description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless")
     parser.add_argument("--quick", action="store_true", help="fewer steps and configurations")
+    parser.add_argument("--calibration", help="a labkit calibrate file: step time predicted on it beside measured")
+    parser.add_argument("--step-time", action="store_true", help="only the step-time comparison (needs --calibration)")
     args = parser.parse_args(argv)
+    if args.calibration is not None:
+        _print_step_times(args.calibration)
+    if args.step_time:
+        return 0
     _print_overhead(10 if args.quick else 30)
     _print_errors(MICRO_CONFIGS[:4] if args.quick else MICRO_CONFIGS)
     for name in TOPIC_BENCHES:

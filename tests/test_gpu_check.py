@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from labkit.measure.gpu_check import catalogue_gpu, main
+from labkit.measure.gpu_check import main
+from labkit.measure.step_time import catalogue_gpu
 
 
 @pytest.mark.parametrize("cuda_name, entry", [

@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from labkit.cli import advise, estimate, hardware, measure
+from labkit.cli import advise, calibrate, estimate, hardware, measure
 from labkit.errors import LabkitError
 
-SUBCOMMANDS = (estimate, hardware, advise, measure)
+SUBCOMMANDS = (estimate, hardware, advise, measure, calibrate)
 
 
 def _bench(a: argparse.Namespace) -> int:
     from labkit import bench
 
-    return bench.main(["--notebooks"] * a.notebooks + ["--quick"] * a.quick)
+    calibration = ["--calibration", a.calibration] if a.calibration else []
+    flags = ["--notebooks"] * a.notebooks + ["--quick"] * a.quick + ["--step-time"] * a.step_time
+    return bench.main(flags + calibration)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measurement overhead and measured-vs-predicted error")
     bench.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless")
     bench.add_argument("--quick", action="store_true", help="fewer steps and configurations")
+    bench.add_argument("--calibration", help="a labkit calibrate file: step time predicted on it beside measured")
+    bench.add_argument("--step-time", action="store_true", help="only the step-time comparison")
     bench.set_defaults(run=_bench)
     return parser
 

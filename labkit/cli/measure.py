@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from labkit.cli.calibrate import load_calibration
 from labkit.cli.common import parse_int
 from labkit.errors import LabkitError
 from labkit.predict.attention import torch_name
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", action="store_true", help="use_cache=True while training (transformers' default)")
     p.add_argument("--dropout", help="dropout probability for every dropout (default: the config's)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--calibration", help="a labkit calibrate file: the step's time predicted on it too")
     p.add_argument("--json", action="store_true", help="print bytes as JSON")
     p.set_defaults(run=run)
 
@@ -45,7 +47,8 @@ def run(a: argparse.Namespace) -> int:
             dropout = -1.0
         if not 0.0 <= dropout < 1.0:
             raise LabkitError(f"dropout must be a number in [0, 1) (got {a.dropout!r})")
-    bar = tqdm(total=4, desc="labkit measure", file=sys.stderr, leave=False)
+    calibration = load_calibration(a.calibration)
+    bar = tqdm(total=5, desc="labkit measure", file=sys.stderr, leave=False)
 
     def progress(what: str) -> None:
         bar.set_postfix_str(what)
@@ -54,7 +57,7 @@ def run(a: argparse.Namespace) -> int:
     try:
         attention = torch_name(a.attention)  # transformers' spelling of the one name
         report = compare_model(a.hf_config, batch, seq, a.precision, attention, a.cache, dropout, a.device, progress,
-                               layers)
+                               layers, calibration)
     finally:
         bar.close()
     print(json.dumps(report.to_json(), indent=2) if a.json else str(report))

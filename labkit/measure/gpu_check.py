@@ -18,31 +18,16 @@ import time
 
 import torch
 
-from labkit.hardware import load_catalogue, roofline_time
+from labkit.hardware import roofline_time
 from labkit.measure.flops import fused_training_flops
 from labkit.measure.own_model import build_trainer, compare_model
+from labkit.measure.step_time import catalogue_gpu
 from labkit.rig.data import vocab_size
 from labkit.rig.model import GPTConfig
 from labkit.shapes import ModelShape
 from labkit.shapes.hf_config import shape_from_hf_config
 
 MODELS = ((None, 8, 256), ("tinyllama-1.1b", 4, 1024))  # (config, batch, seq)
-
-
-def catalogue_gpu(cuda_name: str, name: str | None = None):
-    """The catalogue's entry for this GPU: ``name`` if given, else the entry whose model (``A100``, ``H200``)
-    appears in ``torch.cuda.get_device_name`` and shares the most of its other tokens (``80GB``, ``SXM``,
-    ``PCIe``); None when no entry's model appears."""
-    cat = load_catalogue()
-    if name:
-        return cat.gpu(name)
-    text = cuda_name.lower()
-    scored = []
-    for entry in {cat.gpu(n).name for n in cat.gpu_names()}:
-        first, *rest = entry.lower().split("-")
-        if first in text:
-            scored.append((sum(t in text for t in rest), -len(rest), entry))
-    return cat.gpu(max(scored)[2]) if scored else None
 
 
 def step_seconds(config, batch: int, seq: int, steps: int = 5) -> float:

@@ -35,6 +35,7 @@ class OwnModelReport:
     layers: list[tuple[int, float | None]]
     outside: tuple[int, float | None]
     peak: dict = field(default_factory=dict)  # measured, phase, predicted, reserved (CUDA), device
+    timing: dict = field(default_factory=dict)  # step seconds: measured, datasheet and calibrated predictions
 
     def rows(self) -> list[tuple[str, int, float | None]]:
         out = [(k, m, p) for k, (m, p) in self.categories.items()]
@@ -70,6 +71,12 @@ def format_report(r: OwnModelReport) -> str:
     lines += ["", text_table(["bytes", "measured", "predicted", "measured/predicted"], rows)]
     lines.append(f"peak in the {pk['phase']} phase" + ("" if pk["predicted"] is None else
                  f"; predicted in the {pk['predicted_phase']} phase (labkit.predict.step_peak, temporaries included)"))
+    t = r.timing
+    if t:
+        pred = "; ".join(f"{k} {v * 1e3:,.2f} ms (measured/predicted {t['measured'] / v:.2f})" if v else
+                         f"{k}: none" + (" (a CPU has no catalogue entry)" if k == "datasheet" else " (--calibration)")
+                         for k, v in t["predicted"].items())
+        lines.append(f"step time: measured {t['measured'] * 1e3:,.2f} ms (median of 3); predicted: {pred}")
     if pk["reserved"] is not None:
         lines.append(f"caching allocator reserved {pk['reserved']:,} B at most: {pk['allocator_reserve']:,} B "
                      "beyond the allocated peak")
@@ -110,7 +117,7 @@ def _tiny(batch: int, seq: int, precision: str, attention: str, device: str):
     assumes = f"Korthikanti et al.'s terms, {cfg.attention} attention, 1-byte dropout masks"
     step = replace(step_shape(setup, est.activations_per_layer_bytes, outside, torch.device(device).type),
                    cuda_major=_cuda_major(device), shifted_labels=False)
-    return "tiny-gpt", trainer, est.params, est.activations_per_layer_bytes, outside, assumes, step
+    return "tiny-gpt", trainer, est.params, est.activations_per_layer_bytes, outside, assumes, step, setup.shape
 
 
 def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str, cache: bool,
@@ -133,7 +140,7 @@ def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str
     trainer = Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision)
     if precision == "bf16-autocast":  # not claimed: autocast keeps fp32 and bf16 copies the options do not name
         return (spec.shape.name, trainer, spec.shape.params, None, None, "no activation prediction in bf16-autocast",
-                None)
+                None, spec.shape)
     e = 4 if precision == "fp32" else 2
     mask = 1 if torch.device(device).type == "cuda" else None
     opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, mask_bytes=mask, dropout=dropout)
@@ -142,7 +149,7 @@ def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str
                + (f"{opt.mask_bytes}-byte dropout masks" if opt.mask_bytes else "no dropout"))
     step = hf_step_shape(spec, batch, seq, precision, attention, cache, dropout, torch.device(device).type, "lab",
                          _cuda_major(device))
-    return spec.shape.name, trainer, spec.shape.params, per_layer, outside, assumes, step
+    return spec.shape.name, trainer, spec.shape.params, per_layer, outside, assumes, step, spec.shape
 
 
 def _cuda_major(device: str) -> int:
@@ -154,7 +161,7 @@ def _cuda_major(device: str) -> int:
 def build_trainer(config: str | Path | None, batch: int, seq: int, precision: str, attention: str, cache: bool,
                   dropout: float | None, device: str, layers: int | None = None):
     """(name, trainer, parameters, predicted bytes per layer and outside the layers, what the prediction assumes,
-    the ``StepShape`` the peak is predicted from, or None)."""
+    the ``StepShape`` the peak is predicted from or None, the ``ModelShape``)."""
     if config is None:
         if layers is not None:
             raise LabkitError("layers applies to a --hf-config model, not to the tiny GPT")
@@ -165,9 +172,11 @@ def build_trainer(config: str | Path | None, batch: int, seq: int, precision: st
 def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "fp32",
                   attention: str = "sdpa", cache: bool = False, dropout: float | None = None,
                   device: str | None = None, progress: Callable[[str], None] | None = None,
-                  layers: int | None = None) -> OwnModelReport:
+                  layers: int | None = None, calibration=None, timed: bool = True) -> OwnModelReport:
     """One measured step of ``config`` beside labkit's prediction: a config.json path, a shipped name, an
-    ``HFModel`` (``labkit.shapes.hf_models.small_spec``), or None for the tiny GPT."""
+    ``HFModel`` (``labkit.shapes.hf_models.small_spec``), or None for the tiny GPT. ``timed``: also time three
+    steps beside the kernel model's time on the datasheet's device and on ``calibration`` (a
+    ``labkit.hardware.calibration.Calibration``) when given."""
     from labkit.measure import measure_step, whole_step_peak
     from labkit.predict.step_peak import step_peak
 
@@ -179,7 +188,7 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
     require_choice("device", device, ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     say = progress or (lambda _: None)
     say("building the model")
-    name, trainer, params, per_layer, outside, assumes, step_shape = build_trainer(
+    name, trainer, params, per_layer, outside, assumes, step_shape, shape = build_trainer(
         config, batch, seq, precision, attention, cache, dropout, device, layers)
     if step_shape is not None:  # refuse what would not fit or would run for hours, before the first step
         sh, tokens = step_shape, step_shape.batch * step_shape.seq  # 3x forward FLOPs (Narayanan et al., SC 2021)
@@ -205,5 +214,12 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
                  "by_phase": {"measured": dict(peak.by_phase), "predicted": predicted and predicted.by_phase}}
     setup = {"batch": batch, "seq": seq, "precision": precision, "attention": attention, "cache": cache,
              "device": device, "blocks": trainer.blocks, "activations assume": assumes}
+    timing = {}
+    if timed:
+        from labkit.measure.step_time import measured_step_seconds, predicted_step_times
+
+        say("timing three steps")
+        timing = {"measured": measured_step_seconds(trainer), "predicted": predicted_step_times(
+            shape, seq, batch, precision, attention, device, calibration)}
     return OwnModelReport(name, params, setup, categories, [(m, per_layer) for m in layers],
-                          (sum(step.outside_layers().values()), outside), peak_info)
+                          (sum(step.outside_layers().values()), outside), peak_info, timing)

@@ -1,0 +1,118 @@
+"""``labkit calibrate``: this machine's rates, measured with real kernels in under a minute on a CPU.
+
+What the step-time model (``labkit.predict.compute``) prices, each timed here on the device itself
+(median of repeats after a warm-up; CUDA synchronised around each timing):
+
+* GEMMs over the shapes a model uses (its Q/K/V, output, MLP and output-layer projections at
+  ``rows`` = batch x sequence): achieved FLOP/s per shape, their median the calibrated rate;
+* attention, eager (``softmax(Q K^T) V`` written out) and sdpa (``scaled_dot_product_attention``):
+  achieved FLOP/s of its two products (4 b a s^2 d);
+* an element-wise kernel (``torch.mul`` of a large tensor by a scalar): bytes read plus written per second;
+* launch and dispatch: one tiny in-place add, averaged over many calls;
+* the optimizer step: torch's single-tensor AdamW (the lab's) over a few million parameters, seconds per parameter.
+
+The file it writes is ``labkit.hardware.calibration``'s, with the model's kernel shares recorded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from labkit.hardware.calibration import Calibration
+from labkit.predict.compute import GEMM_EFFICIENCY, HBM_EFFICIENCY
+from labkit.shapes import ModelShape
+
+
+def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 5) -> float:
+    """Median seconds of ``fn`` after one warm-up call."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *a: None)
+    fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def gemm_shapes(shape: ModelShape, rows: int) -> list[tuple[int, int, int]]:
+    """(m, n, k) of a layer's projections and the output layer, at ``rows`` tokens."""
+    h, kv, f = shape.hidden, shape.kv_hidden, shape.ffn_size
+    return [(rows, h + 2 * kv, h), (rows, h, h), (rows, f, h), (rows, h, f), (rows, shape.vocab, h)]
+
+
+def _gemms(shape: ModelShape, rows: int, device: torch.device, dtype: torch.dtype) -> list[dict]:
+    out = []
+    for m, n, k in gemm_shapes(shape, rows):
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        s = _timed(lambda a=a, b=b: a @ b, device)
+        out.append({"m": m, "n": n, "k": k, "seconds": s, "flops_per_s": 2.0 * m * n * k / s})
+    return out
+
+
+def _attention(shape: ModelShape, seq: int, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
+    heads, d = shape.heads, shape.hidden // shape.heads
+    q, k, v = (torch.randn(1, heads, seq, d, device=device, dtype=dtype) for _ in range(3))
+    flops = 4.0 * heads * seq * seq * d
+    eager = _timed(lambda: torch.softmax(q @ k.transpose(-1, -2) / d**0.5, dim=-1) @ v, device)
+    sdpa = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=False), device)
+    return {"eager": flops / eager, "sdpa": flops / sdpa}
+
+
+def _bandwidth(device: torch.device, nbytes: int) -> float:
+    x = torch.randn(nbytes // 4, device=device)
+    out = torch.empty_like(x)
+    return 2.0 * x.nbytes / _timed(lambda: torch.mul(x, 2.0, out=out), device)
+
+
+def _launch(device: torch.device, calls: int) -> float:
+    x = torch.zeros(1, device=device)
+
+    def many() -> None:
+        for _ in range(calls):
+            x.add_(1.0)
+
+    return _timed(many, device, repeats=3) / calls
+
+
+def _adamw(device: torch.device, params: int) -> float:
+    ps = [torch.nn.Parameter(torch.randn(params // 4, device=device)) for _ in range(4)]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(ps, lr=1e-3, foreach=False)
+    return _timed(opt.step, device, repeats=3) / sum(p.numel() for p in ps)
+
+
+def calibrate(shape: ModelShape, device: str = "cpu", rows: int | None = None, seq: int | None = None,
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure this machine's rates on ``device`` with ``shape``'s GEMMs (the file's figures, not yet saved)."""
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    dtype, name = (torch.bfloat16, "bf16") if cuda else (torch.float32, "fp32")
+    rows, seq = rows or (8192 if cuda else 256), seq or (4096 if cuda else 256)
+    say = progress or (lambda _: None)
+    say("GEMMs")
+    shapes = _gemms(shape, rows, dev, dtype)
+    say("attention")
+    attention = _attention(shape, seq, dev, dtype)
+    say("element-wise bandwidth")
+    bandwidth = _bandwidth(dev, 2**30 if cuda else 2**26)
+    say("launch and dispatch")
+    launch = _launch(dev, 2000 if cuda else 5000)
+    say("AdamW step")
+    adamw = _adamw(dev, 2**26 if cuda else 2**22)
+    machine = torch.cuda.get_device_name(dev) if cuda else (platform.processor() or platform.machine())
+    return Calibration(f"{platform.node()}: {machine}", dev.type, torch.__version__,
+                       datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), name,
+                       statistics.median(s["flops_per_s"] for s in shapes), bandwidth, launch, adamw, attention,
+                       shapes, GEMM_EFFICIENCY, HBM_EFFICIENCY)

@@ -1,0 +1,91 @@
+"""A real step's seconds beside the kernel model's, on the datasheet's device and on a calibrated one.
+
+``measured_step_seconds`` times real training steps (median, CUDA synchronised). ``predicted_step_times``
+prices the same step with ``labkit.predict.step_seconds`` twice: on the catalogue's entry for this GPU
+(its datasheet; a CPU has none) and, given a calibration (``labkit calibrate``), on the device with the
+rates measured here. ``bench_models`` does both for three models that calibration did not use, the
+ratio reported (``labkit bench --calibration FILE``), not asserted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from labkit.hardware import load_catalogue
+from labkit.hardware.calibration import Calibration
+from labkit.predict.step_seconds import step_seconds
+from labkit.shapes import ModelShape
+
+
+def catalogue_gpu(cuda_name: str, name: str | None = None):
+    """The catalogue's entry for this GPU: ``name`` if given, else the entry whose model (``A100``, ``H200``)
+    appears in ``torch.cuda.get_device_name`` and shares the most of its other tokens (``80GB``, ``SXM``,
+    ``PCIe``); None when no entry's model appears."""
+    cat = load_catalogue()
+    if name:
+        return cat.gpu(name)
+    text = cuda_name.lower()
+    scored = []
+    for entry in {cat.gpu(n).name for n in cat.gpu_names()}:
+        first, *rest = entry.lower().split("-")
+        if first in text:
+            scored.append((sum(t in text for t in rest), -len(rest), entry))
+    return cat.gpu(max(scored)[2]) if scored else None
+
+
+def measured_step_seconds(trainer, steps: int = 3, warmup: int = 2) -> float:
+    """Median seconds of ``steps`` real training steps after ``warmup`` untimed ones (a code path's first plain
+    steps run slow while torch initialises it: 0.8 s and 0.3 s before 5 ms for the tiny GPT on this CPU)."""
+    cuda = trainer.device.type == "cuda"
+    times = []
+    for _ in range(warmup):
+        trainer.step()
+    for _ in range(steps):
+        if cuda:
+            torch.cuda.synchronize(trainer.device)
+        t0 = time.perf_counter()
+        trainer.step()
+        if cuda:
+            torch.cuda.synchronize(trainer.device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def predicted_step_times(shape: ModelShape, seq: int, batch: int, precision: str, attention: str, device: str,
+                         calibration: Calibration | None = None) -> dict[str, float | None]:
+    """Predicted seconds of one step: on the datasheet's device (None on a CPU or an unknown GPU) and calibrated."""
+    dtype = "fp32" if precision == "fp32" else "bf16"
+    kind = "fused" if attention in ("sdpa", "fused") else "explicit"
+    base = catalogue_gpu(torch.cuda.get_device_name(device)) if torch.device(device).type == "cuda" else None
+    out: dict[str, float | None] = {"datasheet": None, "calibrated": None}
+    if base is not None:
+        out["datasheet"] = step_seconds(shape, seq, batch, base, dtype, kind)["total"]
+    if calibration is not None:
+        dev = calibration.device(base) if base is not None else calibration.host_device()
+        out["calibrated"] = step_seconds(shape, seq, batch, dev, calibration.dtype, kind, calibration.launch_s,
+                                         calibration.adamw_s_per_param)["total"]
+    return out
+
+
+BENCH_MODELS = (  # (family, layers, hidden, heads, kv heads, ffn, vocab): none of them is calibrate's default gpt2
+    ("llama", 4, 256, 8, 4, 688, 4096), ("qwen2", 4, 384, 6, 2, 1024, 8192), ("mistral", 2, 512, 8, 2, 1376, 4096))
+
+
+def bench_models(calibration: Calibration, batch: int = 4, seq: int = 128) -> list[dict]:
+    """Measured beside predicted step seconds for ``BENCH_MODELS`` on the CPU, fp32, sdpa (a ratio each)."""
+    from labkit.measure.own_model import build_trainer
+    from labkit.shapes.hf_models import small_spec
+
+    rows = []
+    for family, layers, hidden, heads, kv, ffn, vocab in BENCH_MODELS:
+        spec = small_spec(family, layers, hidden, heads, kv, ffn, vocab, positions=seq)
+        _, trainer, *_ = build_trainer(spec, batch, seq, "fp32", "sdpa", False, 0.0, "cpu")
+        trainer.step()
+        measured = measured_step_seconds(trainer)
+        pred = predicted_step_times(spec.shape, seq, batch, "fp32", "sdpa", "cpu", calibration)["calibrated"]
+        rows.append({"model": f"{family} {spec.shape.params / 1e6:.1f} M", "measured_s": measured,
+                     "predicted_s": pred, "ratio": measured / pred})
+    return rows
