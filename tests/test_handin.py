@@ -38,6 +38,16 @@ def student_states_wrong(psi, tp, pp, dp, zero_stage):  # forgets that ZeRO shar
     return 16.0 * psi / (tp * pp)
 
 
+def student_bytes(n, precision):  # notebook 01's coding exercise, as a student writes it
+    width = 4 if precision == "fp32" else 2
+    master = 0 if precision == "fp32" else 4
+    return {"parameters": width * n, "gradients": width * n, "optimizer": (8 + master) * n}
+
+
+def student_bytes_wrong(n, precision):  # ZeRO's 2 + 2 + 12 applied to fp32 too
+    return {"parameters": 2 * n, "gradients": 2 * n, "optimizer": 12 * n}
+
+
 def test_scripted_student_through_notebook_01(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_JOURNAL", str(tmp_path / "ana" / journal.FILENAME))
     key = "01.predict.llama7b_gb"
@@ -53,8 +63,8 @@ def test_scripted_student_through_notebook_01(tmp_path, monkeypatch):
     assert checks.check("01.bytes_per_param", 16)
     panel.set_values(dp=1, zero_stage=0)
     assert not panel.check_design()[0]  # kept exploring: abandoned the met setting
-    assert not practice.check_code("09.code.states_per_gpu", student_states_wrong)
-    assert practice.check_code("09.code.states_per_gpu", student_states)
+    assert not practice.check_code("01.code.state_bytes", student_bytes_wrong)
+    assert practice.check_code("01.code.state_bytes", student_bytes)
     hand = tmp_path / "class" / "ana.json"
     hand.parent.mkdir()
     data = json.loads(checks.export_answers(hand, student="ana").read_text())
@@ -64,9 +74,9 @@ def test_scripted_student_through_notebook_01(tmp_path, monkeypatch):
     assert items["01.bytes_per_param"] == {"kind": "exercise", "tries": 2, "ever_right": True, "first_right_try": 2,
                                            "last_answer": 16.0}
     assert items["01.design"]["ever_right"] and items["01.design"]["settings"] == panel.settings() | solution
-    code = items["09.code.states_per_gpu"]
-    assert code["ever_right"] and code["tries"] == 2 and "def student_states(" in code["source"]
-    assert data["notebooks"] == ["01", "09"] and data["labkit_version"]
+    code = items["01.code.state_bytes"]
+    assert code["ever_right"] and code["tries"] == 2 and "def student_bytes(" in code["source"]
+    assert data["notebooks"] == ["01"] and data["labkit_version"]
     sessions = {e["session"] for e in data["entries"]}
     assert "restarted" in sessions and len(sessions) == 2
 
