@@ -76,13 +76,15 @@ BENCH_MODELS = (  # (family, layers, hidden, heads, kv heads, ffn, vocab): none 
 
 def bench_models(calibration: Calibration, batch: int = 4, seq: int = 128) -> list[dict]:
     """Measured beside predicted step seconds for ``BENCH_MODELS`` on the CPU, fp32, sdpa (a ratio each)."""
-    from labkit.measure.own_model import build_trainer
-    from labkit.shapes.hf_models import small_spec
+    from labkit.rig.train import Trainer
+    from labkit.shapes.hf_models import build_model, small_spec
 
     rows = []
     for family, layers, hidden, heads, kv, ffn, vocab in BENCH_MODELS:
         spec = small_spec(family, layers, hidden, heads, kv, ffn, vocab, positions=seq)
-        _, trainer, *_ = build_trainer(spec, batch, seq, "fp32", "sdpa", False, 0.0, "cpu")
+        ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
+        trainer = Trainer(model=build_model(spec, "sdpa", dropout=0.0, use_cache=False),
+                          data={"input_ids": ids, "labels": ids})
         trainer.step()
         measured = measured_step_seconds(trainer)
         pred = predicted_step_times(spec.shape, seq, batch, "fp32", "sdpa", "cpu", calibration)["calibrated"]
