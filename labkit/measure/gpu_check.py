@@ -1,83 +1,115 @@
-"""The GPU check (``tools/gpu_check.sh``): measured beside predicted on a real CUDA device, in bf16-mixed.
+"""The GPU check (``tools/gpu_check.sh``): calibrate, then three models measured beside predicted, in one table.
 
-For the tiny GPT and a 1B-class model from a shipped config (TinyLlama-1.1B): the whole-step peak
-from ``torch.cuda.max_memory_allocated`` beside the predicted categories (ZeRO's 16 bytes per
-parameter plus the activation estimate), the caching allocator's reserve beside it, and one step's
-time (median of a few, after warm-up) beside the roofline time for the catalogue's entry for this
-GPU (Williams et al. 2009: the slower of FLOPs at the dense bf16 peak and bytes at memory bandwidth,
-with bytes = every model-state byte and every saved activation written once and read once).
-Without CUDA it runs the CPU-safe part (the tiny GPT on the CPU) and says so.
+On a CUDA device, in bf16-mixed with sdpa and no dropout (the H200 reference's setup):
+
+1. ``labkit calibrate``'s run on the GPU (``labkit.measure.calibrate``), written to ``OUT/calibration.json``;
+2. three models of different families and sizes (the tiny GPT, GPT-2 medium, TinyLlama-1.1B, Qwen2-1.5B
+   from ``datasets/hf_configs``): the whole-step peak measured (``torch.cuda.max_memory_allocated``) beside
+   ``labkit.predict.step_peak``'s, with its phase and the caching allocator's reserve, and the step's time
+   measured beside the kernel model's (``labkit.predict.step_seconds``) on the catalogue's datasheet for
+   this GPU and on the calibration;
+3. Mistral-7B with 4 layers at 4,096 tokens: the tensors its first layer saves, to explain its
+   sliding-window attention's extra activations on the H200.
+
+Every result is appended to ``OUT/gpu_check.jsonl`` as it is measured, so a run cut short keeps what it
+had. Without CUDA it says so, runs the tiny GPT's CPU part and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
 import sys
-import time
+from pathlib import Path
 
 import torch
 
-from labkit.hardware import roofline_time
-from labkit.measure.flops import fused_training_flops
-from labkit.measure.own_model import build_trainer, compare_model
+from labkit.measure.own_model import compare_model
 from labkit.measure.step_time import catalogue_gpu
-from labkit.rig.data import vocab_size
-from labkit.rig.model import GPTConfig
-from labkit.shapes import ModelShape
-from labkit.shapes.hf_config import shape_from_hf_config
 
-MODELS = ((None, 8, 256), ("tinyllama-1.1b", 4, 1024))  # (config, batch, seq)
+MODELS = ((None, 8, 256), ("gpt2-medium", 8, 1024), ("tinyllama-1.1b", 4, 1024), ("qwen2-1.5b", 2, 2048))
 
 
-def step_seconds(config, batch: int, seq: int, steps: int = 5) -> float:
-    _, trainer, *_ = build_trainer(config, batch, seq, "bf16-mixed", "sdpa", False, 0.0, "cuda")
-    times = []
-    for _ in range(steps + 2):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        trainer.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[2:])
+def _append(out: Path, record: dict) -> None:
+    with (out / "gpu_check.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
+def _row(r) -> list[str]:
+    pk, t = r.peak, r.timing
+    pred = t["predicted"]
+
+    def ratio(v):
+        return f"{t['measured'] / v:.2f}" if v else "-"
+
+    return [r.model, f"{r.setup['batch']}x{r.setup['seq']}", f"{pk['measured'] / 1e9:.3f}",
+            f"{pk['predicted'] / 1e9:.3f}", f"{pk['measured'] / pk['predicted']:.3f}",
+            f"{pk['phase']}/{pk['predicted_phase']}", f"{pk['allocator_reserve'] / 1e9:.2f}",
+            f"{t['measured'] * 1e3:.1f}", ratio(pred["datasheet"]), ratio(pred["calibrated"])]
+
+
+def _mistral_layer(out: Path) -> None:
+    """What Mistral-7B's first layer saves at 1 x 4096 (4 layers), tensor by tensor, beside the prediction."""
+    from labkit.measure import measure_step
+    from labkit.measure.own_model import build_trainer
+
+    _, trainer, _, per_layer, *_ = build_trainer("mistral-7b", 1, 4096, "bf16-mixed", "sdpa", False, 0.0, "cuda", 4)
+    trainer.step()
+    step = measure_step(trainer)
+    saved = [{"module": t.module, "shape": t.shape, "dtype": t.dtype, "bytes": t.nbytes} for t in step.saved
+             if t.layer == 0]
+    rec = {"what": "mistral layer 0", "measured": step.activations_per_layer()[0], "predicted": per_layer,
+           "by_role": step.by_role(0), "saved": saved}
+    _append(out, rec)
+    print(f"\nmistral-7b (4 layers) 1x4096, layer 0: measured {rec['measured']:,} B, predicted {per_layer:,.0f} B")
+    for role, nbytes in sorted(rec["by_role"].items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {role:40s} {nbytes:>14,}")
+    del trainer
+    torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__)
-    parser.add_argument("--gpu", help="the catalogue entry of this GPU (default: from its CUDA name)")
+    from labkit.predict.tables import text_table
+
+    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_check_out", help="folder for calibration.json and gpu_check.jsonl")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device: running the CPU-safe part only (the tiny GPT, one step on the CPU)")
-        r = compare_model(None, batch=2, seq=32, precision="bf16-mixed", attention="sdpa", device="cpu")
-        print(f"tiny-gpt cpu bf16-mixed: whole-step peak {r.peak['measured']:,} B, predicted (no temporaries) "
-              f"{r.peak['predicted']:,.0f} B ({r.peak['measured'] / r.peak['predicted']:.3f}x)")
+        r = compare_model(None, batch=2, seq=32, precision="bf16-mixed", attention="sdpa", device="cpu", timed=False)
+        print(f"tiny-gpt cpu bf16-mixed: whole-step peak {r.peak['measured']:,} B measured, "
+              f"{r.peak['predicted']:,.0f} B predicted ({r.peak['measured'] / r.peak['predicted']:.3f}x, "
+              f"{r.peak['phase']} phase)")
         print("gpu_check: skipped the GPU measurements (no CUDA)")
         return 0
+    from labkit.hardware.calibration import save
+    from labkit.measure.calibrate import calibrate
+    from labkit.shapes.hf_config import shape_from_hf_config
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name()
-    gpu = catalogue_gpu(name, args.gpu)
+    gpu = catalogue_gpu(name)
     print(f"gpu_check on {name} (catalogue: {gpu.name if gpu else 'no entry'}), torch {torch.__version__}")
+    cal = calibrate(shape_from_hf_config("llama-2-7b"), "cuda")
+    save(cal, out / "calibration.json")
+    _append(out, {"what": "calibration"} | cal.to_json())
+    print(f"calibration: GEMM {cal.gemm_flops / 1e12:.1f} TFLOP/s, sdpa {cal.attention_flops['sdpa'] / 1e12:.1f} "
+          f"TFLOP/s, element-wise {cal.memory_bandwidth / 1e9:.0f} GB/s, launch {cal.launch_s * 1e6:.1f} us, "
+          f"AdamW {cal.adamw_s_per_param * 1e12:.1f} ps/param")
+    rows = []
     for config, batch, seq in MODELS:
         r = compare_model(config, batch=batch, seq=seq, precision="bf16-mixed", attention="sdpa", dropout=0.0,
-                          device="cuda")
-        pk = r.peak
-        print(f"\n{r.model}: {r.params:,} parameters, bf16-mixed, batch {batch}, seq {seq}")
-        for row, m, p in r.rows()[:4]:
-            print(f"  {row:18s} measured {m:>16,} predicted {p:>16,.0f}  {m / p:.3f}x")
-        print(f"  whole-step peak    measured {pk['measured']:>16,} predicted {pk['predicted']:>16,.0f}  "
-              f"{pk['measured'] / pk['predicted']:.3f}x (phase: {pk['phase']}; predicted: no temporaries)")
-        print(f"  allocator reserve  {pk['allocator_reserve']:,} B beyond the allocated peak "
-              f"(reserved {pk['reserved']:,})")
-        if gpu is not None:
-            shape = shape_from_hf_config(config) if config else \
-                ModelShape.from_config(GPTConfig(vocab_size=vocab_size(), seq_len=seq))
-            flops = fused_training_flops(shape, seq, batch, "sdpa")
-            nbytes = 2 * (sum(p for _, _, p in r.rows()[:4]))
-            predicted = roofline_time(flops, nbytes, gpu, "bf16")
-            measured = step_seconds(config, batch, seq)
-            print(f"  step time          measured {measured * 1e3:10.2f} ms, roofline {predicted * 1e3:10.2f} ms: "
-                  f"ratio {measured / predicted:.2f} ({flops / 1e12:.2f} TFLOP per step)")
+                          device="cuda", calibration=cal)
+        _append(out, {"what": "model", "config": config} | r.to_json())
+        rows.append(_row(r))
+        print("  measured " + " ".join(rows[-1]), flush=True)
         del r
         torch.cuda.empty_cache()
+    print("\n" + text_table(["model", "b x s", "peak GB", "predicted GB", "ratio", "phase meas/pred", "reserve GB",
+                             "step ms", "ms ratio datasheet", "ms ratio calibrated"], rows))
+    print("(ratios are measured/predicted; peak in GB = 1e9 bytes)")
+    _mistral_layer(out)
     return 0
 
 
