@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from labkit.errors import LabkitError
-from labkit.future.panel import CURVE_BITS, CrossbarPanel, default_layer, design_task
+from labkit.future.panel import CURVE_BITS, CrossbarPanel, default_layer, design_task, least_energy
 
 
 def test_panel_shows_error_and_energy():
@@ -79,17 +79,26 @@ def test_panel_runs_the_trained_layer(trained):
 
 
 def test_design_task_has_a_solution_on_the_panel(trained):
-    """Notebook 08's task: under 1% output error at 2% read noise, on the trained layer, with the panel's controls."""
+    """Notebook 08's task: under 1% output error at 2% read noise on the trained layer, at the least energy."""
     panel = CrossbarPanel.from_trainer(trained, noise_percent=2.0, weight_bits=8)
+    panel.set_values(array_size=128, reads=16, adc_bits=12)  # under 1%, but a 12-bit ADC is dear
+    ok, msg = design_task().check(panel)
+    assert panel.error < 0.01 and not ok and "less energy" in msg
+    best = least_energy(panel)
     found = []
-    for size in (16, 128):
-        for reads in (1, 16):
-            for bits in (8, 12):
+    for size in (128, 256):
+        for reads in (8, 16):
+            for bits in (9, 10):
                 panel.set_values(array_size=size, reads=reads, adc_bits=bits)
                 if design_task().check(panel)[0]:
                     found.append((size, reads, bits))
-    assert found, "no panel setting reaches 1% error at 2% noise"
-    assert all(reads > 1 for _, reads, _ in found)  # one read cannot: its noise floor is above 1%
-    assert (128, 16, 12) in found  # the notebook's default array size, 16 reads, a 12-bit ADC
+                    assert panel.error < 0.01 and panel.energy.crossbar_j <= best * (1 + 1e-9)
+    assert found, "no panel setting reaches 1% error at 2% noise with the least energy"
     panel.set_values(array_size=16, reads=1, adc_bits=12)  # the smallest arrays, a fine ADC, one read
     assert panel.error > 0.01
+
+
+def test_under_one_percent_is_judged_at_full_precision():
+    from labkit.future.panel import _percent
+
+    assert _percent(0.0099996) != "1.00%" and _percent(0.0099996).startswith("0.9999")

@@ -24,6 +24,7 @@ from labkit.future.crossbar import CrossbarConfig, relative_error
 from labkit.future.crossbar_study import layer_inputs
 from labkit.future.pim import mvm_energy
 from labkit.rig.train import Trainer
+from labkit.teach.diagnose import same_text
 from labkit.teach.widgets import DesignTask, Panel
 
 CURVE_BITS = tuple(range(2, 13, 2))
@@ -117,18 +118,66 @@ class CrossbarPanel(Panel):
         return fig
 
 
+SEARCH_ADC_BITS = tuple(range(2, 13))
+SEARCH_READS = (1, 2, 4, 8, 16, 32)
+ERROR_BOUND = 0.01  # "under 1%": strictly below, judged at full precision
+
+
+def least_energy(panel: CrossbarPanel, bound: float = ERROR_BOUND) -> float | None:
+    """Joules per product of the cheapest standard setting whose output error is under ``bound``, or None.
+
+    Standard settings: ADC bits 2-12, power-of-two arrays from 16 up to the first that holds the
+    layer, 1-32 reads in powers of two, 8-bit weights (weight bits cost no energy in
+    ``mvm_energy``), at the panel's noise. Candidates are measured in order of energy, and one
+    that misses the bound rules out those with no more ADC bits and reads on the same array, so
+    the first that meets it is the least energy. Cached per noise level on the panel.
+    """
+    key = (panel.noise_percent.value, bound)
+    cache = panel.__dict__.setdefault("_least_energy", {})
+    if key in cache:
+        return cache[key]
+    n_in, n_out = panel.layer.in_features, panel.layer.out_features
+    sizes = [MIN_ARRAY]
+    while sizes[-1] < max(n_in, n_out) and sizes[-1] < MAX_ARRAY:
+        sizes.append(2 * sizes[-1])
+    candidates = sorted((mvm_energy(n_in, n_out, adc, n, n, input_cycles=r).crossbar_j, adc, n, r)
+                        for adc in SEARCH_ADC_BITS for n in sizes for r in SEARCH_READS)
+    missed: list[tuple[int, int, int]] = []
+    cache[key] = None
+    for joules, adc, n, r in candidates:
+        if any(adc <= a and n == m and r <= k for a, m, k in missed):
+            continue
+        cfg = CrossbarConfig(rows=n, cols=n, weight_bits=8, adc_bits=adc, noise=panel.noise_percent.value / 100,
+                             seed=panel.seed, reads=r)
+        if relative_error(panel.layer, panel.inputs, cfg) < bound:
+            cache[key] = joules
+            break
+        missed.append((adc, n, r))
+    return cache[key]
+
+
+def _percent(error: float) -> str:
+    """The error in per cent with enough digits that 0.9996% never prints as 1.00%."""
+    return same_text(100 * error, 100 * ERROR_BOUND)[0] + "%"
+
+
 def _under_one_percent(panel: CrossbarPanel) -> tuple[bool, str]:
     if panel.error is None:
         return False, "the panel has no valid result: fix the input it names"
     if panel.noise_percent.value != 2.0:
         return False, f"the task is at 2% read noise (the panel is at {panel.noise_percent.value:g}%)"
-    if panel.error >= 0.01:
-        return False, f"output error {100 * panel.error:.2f}%, not yet under 1%"
-    return True, (f"output error {100 * panel.error:.2f}% at {panel.energy.crossbar_j * 1e9:.2f} nJ per product; "
-                  "now look for a setting that spends less")
+    if panel.error >= ERROR_BOUND:
+        return False, f"output error {_percent(panel.error)}, not yet under 1%"
+    here, best = panel.energy.crossbar_j, least_energy(panel)
+    if best is not None and here > best * (1 + 1e-9):
+        return False, (f"output error {_percent(panel.error)}, under 1%, at {here * 1e9:.3f} nJ per product; another "
+                       "setting stays under 1% for less energy (predicted): try fewer ADC bits, fewer reads or "
+                       "another array size")
+    return True, (f"output error {_percent(panel.error)} at {here * 1e9:.3f} nJ per product, the least energy of the "
+                  "settings under 1% (predicted)")
 
 
 def design_task() -> DesignTask:
-    """Notebook 08's task: under 1% output error at 2% read noise on the trained layer."""
+    """Notebook 08's task: under 1% output error at 2% read noise on the trained layer, at the least energy."""
     return DesignTask("Keep the trained layer's output error under 1% at 2% read noise, at the least energy "
                       "per product.", _under_one_percent)
