@@ -58,7 +58,7 @@ TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Pa
     "06": ("Checkpoint-restart to 100 GB/s storage at the Llama 3 run's failure rate (a 70B model's checkpoint, "
            "600 s restart): find the cluster size, to within 1,024 GPUs, at which goodput drops below 90%.",
            design_storage.resilience_check, design_storage.resilience_panel),
-    "07": ("Find a setting where SSD offload emits no more carbon than all in HBM.", design_topics.economics_check,
+    "07": (design_topics.economics_goal(), design_topics.economics_check,
            design_topics.economics_panel),
     "08": ("Keep the trained layer's output error under 1% at 2% read noise, at the least energy per product.",
            design_topics.crossbar_check, design_topics.crossbar_panel),
@@ -76,7 +76,8 @@ SEARCH: dict[str, dict[str, list]] = {
     "05": {"optimizer_bits": [32, 8], "precision": ["bf16-mixed", "fp32"],
            "recompute": ["none", "selective", "sqrt", "full"]},
     "06": {"gpus": list(range(16384, 32769, 1024))},
-    "07": {"model": ["llama2-70b", "gpt3-175b"], "gpu": ["H100-SXM"], "gpus": [0], "batch": [4096.0, 32.0]},
+    "07": {"model": ["llama2-70b", "gpt3-175b"], "gpu": ["H100-SXM", "A100-80GB"], "gpus": [0, 512],
+           "batch": [32.0, 4096.0]},
     "08": {"array_size": [128, 256], "reads": [8, 16], "adc_bits": [9, 10]},
     "09": {"model": ["llama2-70b"], "gpu": ["H100-SXM"], "seq": [4096], "batch": [1024], "goal": ["fastest"],
            "gpus": [256, 512, 1024, 2048]},

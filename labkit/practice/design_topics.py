@@ -19,10 +19,18 @@ BATCH = 1024  # sequences: 1,024 x 4,096 = 4 Mi tokens, Llama 2's batch
 
 
 def economics_check(panel: Panel) -> tuple[bool, str]:
-    """Task 07: the economics panel's own check (SSD offload emits no more carbon than all in HBM)."""
+    """Task 07: the economics panel's own check (SSD offload within 10% of all in HBM's carbon, worn drives'
+    embodied carbon counted, in a run shorter than a year)."""
     from labkit.economics.panel import design_task
 
     return design_task().check(panel)
+
+
+def economics_goal() -> str:
+    """Task 07's goal, in the economics panel's own words."""
+    from labkit.economics.panel import GOAL
+
+    return GOAL
 
 
 def economics_panel() -> Panel:
