@@ -4,7 +4,8 @@ Model preset, GPU, micro-batch, sequence, recompute mode (none, selective, sqrt,
 Adam-state width (32 or block-wise 8 bits); ``labkit.reduction.design`` predicts the bytes. The
 figure draws one bar per recompute mode at the chosen precision and state width (the chosen one
 marked), each labelled with the compute it adds, against the GPU's memory; the message gives the
-verdict, the reason when it does not fit, and the cheapest combination of the whole grid that fits.
+verdict and the reason when it does not fit. The cheapest combination of the whole grid that fits
+(``best``) is kept for the design task's check, never shown: it is the task's answer.
 """
 
 from __future__ import annotations
@@ -55,11 +56,8 @@ class ReductionPanel(Panel):
         else:
             head = f"does not fit: {chosen.reason}"
         text = f"{fit_html(chosen.fits, head)}; recompute adds {100 * chosen.extra_compute:.1f}% compute (predicted)"
-        if self.best is None:
+        if self.best is None:  # no setting can meet a fit: say so; the cheapest fit itself is the task's answer
             text += "<br>no combination of recompute, precision and state bits fits this GPU"
-        else:
-            text += (f"<br>cheapest that fits: {self.best.label}, {self.best.total_bytes / 1e9:.1f} GB, "
-                     f"+{100 * self.best.extra_compute:.1f}% compute")
         bars = {("> " if r == chosen.recompute else "") + f"{r}\n+{100 * d.extra_compute:.1f}%": d.by_category
                 for r, d in modes.items()}
         title = f"{chosen.model}, {chosen.precision}, {chosen.optimizer_bits}-bit states (predicted)"
