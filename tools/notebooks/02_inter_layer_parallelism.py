@@ -11,8 +11,9 @@
 #   (stage 3) across the N data-parallel ranks, and moves each piece on demand;
 # * **pipelines** cut the layers into p stages on p GPUs and pass activations between
 #   them: GPipe (Huang et al., 2019) runs all m micro-batches forward, then backward;
-#   1F1B (PipeDream, Narayanan et al., SOSP 2019) alternates them so that at most p
-#   micro-batches are in flight. Both leave GPUs idle at the start and end of a step:
+#   1F1B (PipeDream-Flush, Narayanan et al., ICML 2021, after PipeDream, SOSP 2019)
+#   alternates them so that fewer micro-batches are in flight (section 4 asks how many).
+#   Both leave GPUs idle at the start and end of a step:
 #   the **bubble**, (p-1)/(m+p-1) of the time.
 #
 # Below, every strategy runs **for real** on this CPU with `torch.distributed` (gloo,

@@ -3,10 +3,10 @@
 #
 # **Why it matters.** GPU memory is fast but small; host DRAM and NVMe SSDs hold several
 # and tens of times more (the catalogue's ratios are printed below), behind a link (PCIe)
-# tens of times slower than the GPU's own memory. Training has one
-# property that makes the slow tiers usable: its access pattern is **the same every
-# iteration**, so every transfer can be planned from the first iteration and overlapped
-# with compute. vDNN (Rhu et al., MICRO 2016) moves activations out in the forward pass
+# tens of times slower than the GPU's own memory. The slow tiers are usable only if every
+# transfer can be planned ahead and overlapped with compute; section 2 asks whether
+# training's access pattern allows that. vDNN (Rhu et al., MICRO 2016) moves activations
+# out in the forward pass
 # and back before backward; SwapAdvisor (ASPLOS 2020) searches which to move;
 # ZeRO-Offload (ATC 2021) keeps the optimizer on the CPU; ZeRO-Infinity (SC 2021) puts
 # model states on NVMe; FlashNeuron (FAST 2021) and Mobius (ASPLOS 2023) use SSDs and
@@ -66,7 +66,7 @@ except DeviceOutOfMemory as err:
     print(f"DeviceOutOfMemory: {err}")
 
 # %% [markdown]
-# ## 2 · The pattern repeats
+# ## 2 · Does the pattern repeat?
 #
 # **Predict:** the first iteration saves a sequence of tensors (module, shape, dtype,
 # bytes). Will iterations 2 and 3 save exactly the same sequence?

@@ -2,8 +2,8 @@
 # # 06 · Fault tolerance: real crashes, checkpoints that survive them, redundant computation
 #
 # **Why it matters.** A training job on thousands of GPUs is one program: when one GPU,
-# link or host fails, the whole job stops. Meta's Llama 3 run saw 419 unexpected
-# interruptions in 54 days on 16,384 GPUs, about one every three hours. Two answers exist.
+# link or host fails, the whole job stops, and the more GPUs, the more often it stops: section 1
+# asks how often, at the rate Meta's Llama 3 run saw. Two answers exist.
 # **Parameter checkpoints**: persist the training state, and after a failure restore it and
 # redo the work since; costly to write, costly to read back. **Redundant computation**:
 # compute (or hold) the same state on more than one GPU, so a neighbour takes over without a
@@ -29,7 +29,7 @@ from labkit.teach import checks, plots
 
 seed_everything(0)
 work = Path(tempfile.mkdtemp(prefix="labkit-06-"))
-_ = atexit.register(shutil.rmtree, work, True)  # no checkpoint left behind, even if a cell fails
+cleanup = atexit.register(shutil.rmtree, work, True)  # no checkpoint left behind, even if a cell fails
 
 # %% [markdown]
 # ## 1 · How often does a big job fail?
