@@ -366,7 +366,7 @@ practice.check_code("06.code.atomic_save", save)
 shutil.rmtree(work)  # the lab leaves no checkpoint behind
 
 # %% [markdown]
-# **Handing in.** Your answers, committed predictions and check results of this session
-# are kept as you go. To hand them to your instructor, run
-# `checks.export_answers("answers-06.json", student="your name")` in a new cell: it
-# writes them, every try in order with its verdict, to that JSON file.
+# **Handing in.** Every answer, committed prediction and check result is appended as you go to
+# `labkit-journal.jsonl` beside this notebook, so a kernel restart loses nothing. To hand them in,
+# run `checks.export_answers("answers-06.json", student="your name", notebook="06")` in a new
+# cell: it writes every try in order with its verdict, and a summary scored by your committed guesses.

@@ -251,7 +251,7 @@ def evict(resident, future):
 practice.check_code("08.code.evict", evict)
 
 # %% [markdown]
-# **Handing in.** Your answers, committed predictions and check results of this session
-# are kept as you go. To hand them to your instructor, run
-# `checks.export_answers("answers-08.json", student="your name")` in a new cell: it
-# writes them, every try in order with its verdict, to that JSON file.
+# **Handing in.** Every answer, committed prediction and check result is appended as you go to
+# `labkit-journal.jsonl` beside this notebook, so a kernel restart loses nothing. To hand them in,
+# run `checks.export_answers("answers-08.json", student="your name", notebook="08")` in a new
+# cell: it writes every try in order with its verdict, and a summary scored by your committed guesses.
