@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from labkit.errors import LabkitError, require_choice, require_positive
+from labkit.errors import LabkitError, require_choice, require_limit, require_positive
 from labkit.predict.estimate import ZERO_STAGES
 
 
 def parse_int(field: str, text: str, *, positive: bool = True) -> int:
-    """An integer from the command line ("8", "7.5e9"); anything else names the field."""
+    """An integer from the command line ("8", "7.5e9") within the field's stated limit (``labkit.errors.LIMITS``)."""
     try:
         value = int(text)
     except ValueError:
@@ -21,7 +21,7 @@ def parse_int(field: str, text: str, *, positive: bool = True) -> int:
         if not (math.isfinite(number) and number.is_integer()):
             raise LabkitError(f"{field} must be a positive integer (got {text!r})") from None
         value = int(number)
-    return require_positive(field, value) if positive else value
+    return require_limit(field, require_positive(field, value) if positive else value)
 
 
 def parse_zero(text: str) -> int:

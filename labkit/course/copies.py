@@ -9,6 +9,7 @@ their work as it is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -52,8 +53,13 @@ def cleared(notebook: dict, name: str = "") -> dict:
 
 def _write(target: Path, notebook: dict) -> None:
     tmp = target.with_suffix(".ipynb.tmp")
-    tmp.write_text(json.dumps(notebook, indent=1) + "\n")
-    tmp.replace(target)  # atomic: a half-written copy never shadows the real one
+    try:
+        tmp.write_text(json.dumps(notebook, indent=1) + "\n")
+        tmp.replace(target)  # atomic: a half-written copy never shadows the real one
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise LabkitError(f"dst must be a writable folder ({str(target.parent)!r}: {err.strerror})") from None
 
 
 def _read(path: Path) -> dict:
@@ -74,7 +80,10 @@ def make_student_copies(src: Path = LABS, dst: Path = STUDENT_DIR, update: bool 
     dst = Path(dst)
     if dst.exists() and not dst.is_dir():
         raise LabkitError(f"dst must be a folder (got the file {str(dst)!r})")
-    dst.mkdir(parents=True, exist_ok=True)
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise LabkitError(f"dst must be a folder that can be made ({str(dst)!r}: {err.strerror})") from None
     created, kept, updated = [], [], []
     for nb in sources:
         fresh = cleared(_read(nb), nb.name)

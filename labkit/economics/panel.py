@@ -10,6 +10,8 @@ a negative price, an unknown region) shows the message naming the field, never a
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as w
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
@@ -18,7 +20,7 @@ from labkit import hardware
 from labkit.economics import grid
 from labkit.economics.run import RunCost, compare
 from labkit.economics.strategies import BATCH_TOKENS, STRATEGIES
-from labkit.errors import LabkitError, require_choice
+from labkit.errors import LIMITS, LabkitError, require_choice
 from labkit.shapes import model_names, model_shape
 from labkit.teach.widgets import DesignTask, Panel, fit_html
 
@@ -91,24 +93,24 @@ class EconomicsPanel(Panel):
     def compute(self) -> tuple[str, list[Figure]]:
         self.runs = None
         tokens = self.tokens.value
-        if not isinstance(tokens, (int, float)) or not tokens > 0:
+        if not isinstance(tokens, (int, float)) or not 0 < tokens < math.inf:
             raise LabkitError(f"tokens (1e9) must be a positive number (got {tokens!r})")
         price = self.price.value
-        if not isinstance(price, (int, float)) or price < 0:
+        if not isinstance(price, (int, float)) or not 0 <= price < math.inf:
             raise LabkitError(f"$ per kWh must be a non-negative number (got {price!r})")
         if self.region.value == CUSTOM:
             intensity = self.intensity.value
-            if not isinstance(intensity, (int, float)) or intensity < 0:
+            if not isinstance(intensity, (int, float)) or not 0 <= intensity < math.inf:
                 raise LabkitError(f"custom gCO2/kWh must be a non-negative number (got {intensity!r})")
             where = f"a grid at {intensity:g} gCO2/kWh"
         else:
             intensity = grid.region(self.region.value).value
             where = f"{self.region.value} ({intensity:g} gCO2/kWh)"
         gpus, batch = self.gpus.value, self.batch.value
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-            raise LabkitError(f"GPUs, at least must be a whole number, 0 or more (got {gpus!r})")
-        if not isinstance(batch, (int, float)) or not batch > 0:
-            raise LabkitError(f"batch (k tokens) must be a positive number (got {batch!r})")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= LIMITS["gpus"]:
+            raise LabkitError(f"GPUs, at least must be a whole number, 0 or more, at most {LIMITS['gpus']:,} (got {gpus!r})")
+        if not isinstance(batch, (int, float)) or not 0 < batch <= LIMITS["batch"]:
+            raise LabkitError(f"batch (k tokens) must be a positive number up to {LIMITS['batch']:,} (got {batch!r})")
         runs = compare(self.model.value, tokens * 1e9, self.gpu.value, g_co2_per_kwh=float(intensity),
                        usd_per_kwh=float(price), gpus_at_least=gpus, batch_tokens=max(1, round(batch * 1024)))
         self.runs = runs

@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+from labkit.errors import require_positive
 from labkit.measure.flops import StepFlops, fused_training_flops, measure_flops, register_cpu_flash_formulas
 from labkit.measure.peak import (
     CATEGORIES,
@@ -88,6 +89,7 @@ def measure_model(model: nn.Module, batch: Batch | Callable[[int], Batch], *,
     ``labels`` so that it returns its loss, or ``(x, y)``), ``loss`` a function ``(model, batch)``
     when the model does not return one. ``warmup`` steps run first so the optimizer states exist.
     """
+    require_positive("warmup", warmup)  # at least one step, so the optimizer states exist to be measured
     trainer = Trainer(model=model, data=batch, optimizer=optimizer, loss=loss, precision=precision, blocks=blocks)
     for _ in range(warmup):
         trainer.step()

@@ -19,6 +19,7 @@ call them through this module. Every try is appended to the journal file as it i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -99,6 +100,8 @@ def check(key: str, answer: float | None) -> Feedback:
         value = float(answer)
     except (TypeError, ValueError):
         return Feedback(False, f"The answer must be a number (got {answer!r}). {ex.question}")
+    if not math.isfinite(value):
+        return Feedback(False, f"The answer must be a finite number (got {answer!r}). {ex.question}")
     right = ex.answer()
     if abs(value - right) <= ex.rel_tol * abs(right) + 1e-12:
         record(kind_of(key), key, value, True, right=right, rel_tol=ex.rel_tol)
