@@ -143,7 +143,8 @@ def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str
                 None, spec.shape)
     e = 4 if precision == "fp32" else 2
     mask = 1 if torch.device(device).type == "cuda" else None
-    opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, mask_bytes=mask, dropout=dropout)
+    opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, mask_bytes=mask, dropout=dropout,
+                                      seq=seq, cuda=mask == 1)
     per_layer, outside = activation_bytes_hf(spec.shape, seq, batch, opt, e)
     assumes = (f"{opt.attention} attention, {opt.activation}, {opt.norm}, cache {'on' if opt.cache else 'off'}, "
                + (f"{opt.mask_bytes}-byte dropout masks" if opt.mask_bytes else "no dropout"))

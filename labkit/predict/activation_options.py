@@ -20,7 +20,13 @@ sdpa path copy two of Q, K, V; the CPU's ``F.dropout`` keeps a mask as wide as t
   ``rmsnorm`` (transformers' Python RMSNorm) an fp32 input, an fp32 rstd and the normalised copy;
 * ``cache``: ``use_cache`` during training (transformers' default);
 * ``mask_bytes``: bytes per dropout-mask element, the element size on the CPU (``F.dropout``),
-  1 for CUDA's fused dropout.
+  1 for CUDA's fused dropout;
+* ``window_mask``: sliding-window attention (Mistral's ``sliding_window``, Qwen2's ``use_sliding_window``)
+  once the sequence reaches the window: transformers then hands sdpa an explicit (b, 1, s, s) mask in the
+  model's dtype, which the kernel saves, and repeats K and V to every head (grouped-query attention
+  is left to sdpa only without a mask). Measured on the CPU (``tests/test_sliding_window.py``) and on the
+  H200 (Mistral-7B at 4,096 tokens: 2 s^2 bytes of mask and 3/4 of K and V repeated, +10% a layer);
+* ``cuda``: CUDA's sdpa kernels save the dropout generator's seed and offset, two int64 scalars a layer.
 
 At micro-batch 1 the reshape before a batched matmul can be a view instead of a copy; in GPT-2 a
 saved Q or K then keeps the whole fused QKV output alive (+2 e*s*b*h), which happens with eager
@@ -37,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import require_choice
+from labkit.errors import LabkitError, require_choice
 from labkit.predict.activation_terms import ActivationTerm
 from labkit.shapes import ModelShape
 from labkit.shapes.hf_config import ACTIVATIONS, HFModel
@@ -61,6 +67,8 @@ class ActivationOptions:
     softmax_fp32: bool = False  # the Llama family's eager softmax runs in fp32
     rotary: bool = False
     position_ids: bool = True  # GPT-2's learned positions keep their int64 ids
+    window_mask: bool = False  # sliding-window attention at a sequence that reaches the window
+    cuda: bool = False
 
     def __post_init__(self) -> None:
         require_choice("attention", self.attention, ATTENTION_KERNELS)
@@ -70,8 +78,10 @@ class ActivationOptions:
 
     @classmethod
     def for_model(cls, spec: HFModel, attention: str = "sdpa", cache: bool | None = None, act_bytes: int = 4,
-                  mask_bytes: int | None = None, dropout: float | None = None) -> ActivationOptions:
-        """The options a transformers model of ``spec`` runs with; ``mask_bytes`` defaults to the CPU's."""
+                  mask_bytes: int | None = None, dropout: float | None = None, seq: int = 0,
+                  cuda: bool = False) -> ActivationOptions:
+        """The options a transformers model of ``spec`` runs with at ``seq`` tokens; ``mask_bytes`` defaults to
+        the CPU's."""
         gpt2 = spec.family == "gpt2"
         drops = (spec.embd_dropout, spec.resid_dropout, spec.attn_dropout) if dropout is None else (dropout,) * 3
         if not gpt2:
@@ -81,7 +91,26 @@ class ActivationOptions:
         return cls(attention=attention, activation=spec.activation, norm="layernorm" if gpt2 else "rmsnorm",
                     cache=spec.use_cache if cache is None else cache, mask_bytes=m,
                     attn_dropout=drops[2] > 0, embd_dropout=drops[0] > 0, softmax_fp32=not gpt2,
-                    rotary=not gpt2, position_ids=gpt2)
+                    rotary=not gpt2, position_ids=gpt2, window_mask=_window(spec, seq), cuda=cuda)
+
+
+def _window(spec: HFModel, seq: int) -> bool:
+    """Whether every layer of ``spec`` attends through a sliding window that ``seq`` tokens reach."""
+    cfg, layers = spec.config, spec.shape.layers
+    window = cfg.get("sliding_window")
+    if spec.family == "qwen2":
+        if not cfg.get("use_sliding_window"):
+            return False
+        first = cfg.get("max_window_layers", layers)
+        if 0 < first < layers:
+            raise LabkitError(f"config field max_window_layers must be 0 or at least num_hidden_layers with "
+                              f"use_sliding_window (got {first} of {layers}): layers with and without the window "
+                              "keep different activations, which the per-layer estimate does not model")
+        if first >= layers:
+            return False
+    elif spec.family != "mistral":
+        return False
+    return isinstance(window, int) and 0 < window <= seq
 
 
 def _norm(opt: ActivationOptions, e: int, sbh: int, sb: int) -> float:
@@ -112,8 +141,13 @@ def activation_terms_hf(shape: ModelShape, seq: int, micro_batch: int, opt: Acti
             terms += [ActivationTerm("fused QKV kept whole", "micro-batch 1: a saved Q or K is a view of the "
                                      "fused QKV output, keeping all three alive", 2 * ce * sbh)]
     else:
+        rep = 1.0 if opt.window_mask else kv  # an explicit mask: K and V repeated to every head first
         terms += [ActivationTerm("attention", "Q, K, V, output (flash kernel), log-sum-exp (fp32)",
-                                 e * sbh * (2 + 2 * kv) + 4 * a * s * b)]
+                                 e * sbh * (2 + 2 * rep) + 4 * a * s * b)]
+        if opt.window_mask:
+            terms += [ActivationTerm("sliding-window mask", "(b, 1, s, s) in the model's dtype", e * s * s * b)]
+        if opt.cuda:
+            terms += [ActivationTerm("dropout generator state", "seed and offset, int64 (CUDA)", 16)]
         if opt.cache and not opt.rotary:  # GPT-2's attention; Llama-family caches keep views
             terms += [ActivationTerm("cache copies", "use_cache=True: two of Q, K, V copied (GPT-2)", 2 * e * sbh)]
     if m:

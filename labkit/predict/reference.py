@@ -42,7 +42,8 @@ class ReferenceRow:
         return (self.reserved - self.measured) / self.measured
 
 
-def _spec(case: str, layers: int | None):
+def spec_of(case: str, layers: int | None):
+    """The shipped config ``case``, built with only ``layers`` layers when given (as ``labkit measure --layers``)."""
     spec = from_config(resolve(case))
     if layers is None:
         return spec
@@ -60,7 +61,7 @@ def h200_rows(path: str | None = None) -> tuple[ReferenceRow, ...]:
             continue
         cats = r.get("categories") or r["measure"]["categories"]
         batch, seq = r.get("batch", r.get("b")), r.get("seq", r.get("s"))
-        spec = _spec(r["case"], r.get("layers"))
+        spec = spec_of(r["case"], r.get("layers"))
         shape = hf_step_shape(spec, batch, seq, "bf16-mixed", "sdpa", False, 0.0, "cuda", "lab", 9)
         out.append(ReferenceRow(r["case"], r.get("layers"), batch, seq, peak["measured"], peak["phase"],
                                 peak["reserved"], tuple(cats["activations"]), step_peak(shape)))

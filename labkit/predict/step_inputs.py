@@ -24,7 +24,8 @@ def hf_step_shape(spec: HFModel, batch: int, seq: int, precision: str = "fp32", 
                           "autocast keeps fp32 and bf16 copies the activation options do not name)")
     e = 4 if precision == "fp32" else 2
     mask = 1 if device == "cuda" else None
-    opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, mask_bytes=mask, dropout=dropout)
+    opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, mask_bytes=mask, dropout=dropout,
+                                      seq=seq, cuda=device == "cuda")
     per_layer, outside = activation_bytes_hf(spec.shape, seq, batch, opt, e)
     head = sum(t.bytes for t in outside_terms_hf(spec.shape, seq, batch, opt, e) if t.role in HEAD_ROLES)
     return StepShape.of_model(spec.shape, batch, seq, per_layer, outside, head, precision=precision,
