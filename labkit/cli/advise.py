@@ -1,11 +1,15 @@
 """``labkit advise``: price an exact layout, or rank the plans of a model on a machine.
 
-The shape is a preset (``--model``) or given whole (``--layers --hidden --heads --vocab --seq``,
-``--ffn`` and ``--kv-heads`` where the family needs them). A layout given whole (``--dp --tp
---pp``, with ``--micro-batch --zero --recompute --schedule --chunks --offload --precision --sp``
-taking their defaults when left out) is priced exactly as given and comes first; a partial one
-fixes what it gives and the search fills the rest. Exit status: 0 when a plan fits, 1 when the
-layout given or every plan does not fit (the nearest misses are printed), 2 for bad input.
+The shape is a preset or a shipped config (``--model``, ``--hf-config``; ``--seq`` required past 8,192
+positions) or given whole (``--layers --hidden --heads --vocab --seq``, with ``--ffn``, ``--kv-heads``,
+``--gated``, ``--untied`` and ``--norm rms|layer`` for Llama-style shapes). A layout given whole (``--dp
+--tp --pp``, with ``--micro-batch --zero --recompute --schedule --chunks --offload --precision --sp
+--attention --first-stage-layers --last-stage-layers`` taking their defaults when left out) is priced
+exactly as given and comes first, feasible or not; a partial one fixes what it gives and the search
+fills the rest. ``--framework`` names the software profile, ``--network``/``--network-ports`` the link
+between hosts, ``--tokens`` a whole run, ``--calibration`` a file measured on the GPU. Every plan prints
+tokens/s and model TFLOP/s per GPU and MFU. Exit status: 0 when a plan fits, 1 when the layout given or
+every plan does not fit (the nearest misses are printed), 2 for bad input.
 """
 
 from __future__ import annotations
