@@ -69,3 +69,14 @@ def test_measure_prints_the_step_time_beside_the_calibrated_prediction(measured,
     assert main(["measure", "--seq", "16", "--calibration", str(measured[1])]) == 0
     text = capsys.readouterr().out
     assert "step time: measured" in text and "calibrated" in text and "datasheet: none" in text
+
+
+def test_the_h200_calibration_kept_in_datasets_loads_and_prices_a_step(capsys):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "datasets" / "measurements" / "h200-calibration-2026-12.json"
+    cal = load(path)
+    assert cal.device_kind == "cuda" and "H200" in cal.machine and cal.dtype == "bf16"
+    argv = ["estimate", "--model", "llama2-7b", "--seq", "4096", "--gpu", "h200", "--calibration", str(path)]
+    assert main(argv) == 0
+    assert "on the calibration of" in capsys.readouterr().out

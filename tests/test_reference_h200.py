@@ -63,3 +63,20 @@ def test_estimate_prints_llama_2_7b_peak_and_margin_within_3_percent_of_the_h200
     text = capsys.readouterr().out
     assert f"whole-step peak (predicted): {out['step_peak']['bytes'] / 1e9:,.2f} GB in the optimizer phase" in text
     assert "model states: convention zero" in text
+
+
+def test_the_gpu_checks_models_on_the_h200_within_3_percent_and_in_the_measured_phase():
+    from labkit.predict.allocator import H200_FILE, records
+    from labkit.predict.step_peak import step_peak
+
+    rows = [r for r in records(H200_FILE.with_name("h200-gpu-check-2026-12.jsonl")) if r.get("what") == "model"]
+    checked = 0
+    for r in rows:
+        if r["config"] is None:  # the tiny GPT: 0.08 GB, under the 1 GB the table checks
+            continue
+        shape = hf_step_shape(spec_of(r["config"], None), r["setup"]["batch"], r["setup"]["seq"], "bf16-mixed", "sdpa",
+                              False, 0.0, "cuda")
+        predicted = step_peak(shape)
+        assert abs(r["peak"]["measured"] / predicted.peak - 1) < 0.03 and predicted.phase == r["peak"]["phase"]
+        checked += 1
+    assert checked == 3

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from labkit.cli.common import parse_int, parse_zero, table
-from labkit.cli.estimate_peak import peak_lines, predicted_peak
+from labkit.cli.estimate_peak import peak_lines, predicted_peak, step_time
 from labkit.cli.shape_args import SHAPE_FLAGS, add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, require_choice
 from labkit.predict.attention import attention_kind
@@ -163,7 +163,7 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
         headroom = cap - (per_device["total"] if peak is None else peak["bytes"])
         out |= {"gpu": device.name, "capacity": which, "device_bytes": cap, "fits": headroom >= 0,
                 "headroom_bytes": headroom, "judged_on": "model states + activations" if peak is None else
-                "predicted whole-step peak"}  # fmt: skip
+                "predicted whole-step peak", "step_time": step_time(a, ts, device)}  # fmt: skip
     return out
 
 
@@ -244,6 +244,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     est.add_argument("--gpu", help="a GPU of the catalogue: does it fit?")
     est.add_argument("--capacity", default="true", help="true (default) or nominal (the marketed GB x 1e9)")
     est.add_argument("--largest", action="store_true", help="the largest parameter count whose states fit --gpu")
+    est.add_argument("--calibration", help="a labkit calibrate file: the step's time on its measured rates too")
     est.add_argument("--json", action="store_true", help="print bytes as JSON")
     est.set_defaults(run=run)
 

@@ -44,6 +44,24 @@ def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup,
             "weights in mixed precision)"}
 
 
+def step_time(a: argparse.Namespace, ts: TrainingSetup | None, device) -> dict[str, Any] | None:
+    """The step's seconds from the kernel model on the datasheet's ``device`` and, with ``--calibration``, on
+    the calibrated one (``labkit.predict.step_seconds``); None without a shape, a GPU or for a sharded layout."""
+    if ts is None or device is None or ts.tp * ts.pp != 1:
+        return None
+    from labkit.cli.calibrate import load_calibration
+    from labkit.predict.step_seconds import step_seconds
+
+    dtype = "fp32" if ts.precision == "fp32" else "bf16"
+    out = {"datasheet": step_seconds(ts.shape, ts.seq_len, ts.micro_batch, device, dtype, ts.attention)["total"]}
+    cal = load_calibration(getattr(a, "calibration", None))
+    if cal is not None:
+        out["calibrated"] = step_seconds(ts.shape, ts.seq_len, ts.micro_batch, cal.device(device), dtype,
+                                         ts.attention, cal.launch_s, cal.adamw_s_per_param)["total"]
+        out["calibration"] = f"{cal.machine}, {cal.date}"
+    return out
+
+
 def peak_lines(out: dict[str, Any], unit: float, u: str) -> list[str]:
     """The peak and the verdict for people: phase, the terms alive at the peak, the margin, the fit."""
     pk, lines = out.get("step_peak"), []
@@ -63,6 +81,11 @@ def peak_lines(out: dict[str, Any], unit: float, u: str) -> list[str]:
         judged = f"judged on the {out['judged_on']}"
         lines.append(f"fits on {where}: yes, {gap:,.1f} {u} to spare ({judged})" if out["fits"] else
                      f"does not fit on {where}: short by {gap:,.1f} {u} ({judged})")
+        st = out.get("step_time")
+        if st:
+            lines.append(f"step time (kernel model, one micro-batch): {st['datasheet'] * 1e3:,.1f} ms on the datasheet"
+                         + (f", {st['calibrated'] * 1e3:,.1f} ms on the calibration of {st['calibration']}"
+                            if "calibrated" in st else ""))
         if out["fits"] and pk is not None and out["headroom_bytes"] < pk["reserve_bytes"]:
             lines.append("  tight: inside the capacity but not the allocator's margin (the allocator frees its "
                          "cache and retries before it fails; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps)")
