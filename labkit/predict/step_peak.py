@@ -33,6 +33,7 @@ Left out, stated: module buffers (a rotary table's inverse frequencies) and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from labkit.errors import require_choice, require_positive
 from labkit.predict.bytes_per_param import FP32, GRAD32, MASTER, MOMENTS, WEIGHT16
@@ -146,6 +147,7 @@ class StepPeak:
         return self.peak + self.reserve.bytes
 
 
+@lru_cache(maxsize=1024)
 def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int = FP32) -> float:
     """Bytes AdamW allocates inside its step beyond states and gradients (see the module docstring)."""
     require_choice("optimizer", optimizer, OPTIMIZERS)

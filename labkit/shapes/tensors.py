@@ -11,6 +11,8 @@ when untied). Tied weights appear once, as ``model.parameters()`` yields them. T
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from labkit.shapes import ModelShape
 
 
@@ -27,6 +29,7 @@ def _llama_layer(s: ModelShape) -> list[int]:
     return out + [h * h, f * h, f * h, h * f, h, h]
 
 
+@lru_cache(maxsize=256)
 def parameter_tensors(shape: ModelShape) -> tuple[int, ...]:
     """Element counts of every parameter tensor, in registration order (their sum is ``shape.params``)."""
     h, v = shape.hidden, shape.vocab
