@@ -39,6 +39,20 @@ def test_panel_shows_bad_input_as_a_message(widget, value, field):
     assert panel.estimate is not None
 
 
+def test_zero_is_refused_with_a_message_never_replaced():
+    from labkit.inter_layer.panel import PipelinePanel
+
+    panel = MemoryPanel()
+    panel.seq.value = 0  # the estimate would read 0 as the model's own 4,096
+    assert panel.estimate is None and "sequence must be a positive integer (got 0)" in panel.message.value
+    pipe = PipelinePanel(pp=16, microbatches=32, dp=8, zero_stage=1)
+    pipe.microbatches.value = 0  # the setup would read 0 as m = p
+    assert pipe.plan is None and "micro-batches m must be a positive integer (got 0)" in pipe.message.value
+    pipe.microbatches.value = 32
+    assert pipe.plan is not None and "GiB (2^30 B) per GPU" in pipe.message.value
+    assert pipe.figures[1].axes[0].get_ylabel() == "GiB (2^30 bytes)"  # the bars in the text's unit
+
+
 def test_panel_rejects_unknown_presets_clearly():
     with pytest.raises(LabkitError, match="gpu must be one of"):
         MemoryPanel(gpu="A200")
@@ -61,6 +75,8 @@ def test_exercises_accept_the_right_answer_and_hint_otherwise():
     assert checks.check("02.zero3_gb", 17.5) and not checks.check("02.zero3_gb", 1120)
     stash = 8 * 2 * 174.6e9 / 8 / 1e9  # 8 versions of an eighth of GPT-3 175B's 16-bit weights
     assert checks.check("02.pipedream_stash_gb", stash) and not checks.check("02.pipedream_stash_gb", stash / 8)
+    from labkit.offload import exercises as _offload  # noqa: F401 - registers the 04.* exercises
+
     assert checks.check("04.offload_gpu_gb", 14) and not checks.check("04.offload_gpu_gb", 14 / 8)
     assert checks.check("03.allreduces", 4) and not checks.check("03.allreduces", 2)
     assert checks.check("03.act_share_2d", 1 / 16) and not checks.check("03.act_share_2d", 1)

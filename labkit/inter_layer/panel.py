@@ -12,7 +12,7 @@ import ipywidgets as w
 from matplotlib.figure import Figure
 
 from labkit import hardware
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, require_positive
 from labkit.inter_layer.scale import PipelinePlan, plan
 from labkit.predict.estimate import SCHEDULES, ZERO_STAGES, TrainingSetup
 from labkit.shapes import model_names, model_shape
@@ -51,6 +51,8 @@ class PipelinePanel(Panel):
         if not interleaved and self.chunks.value != 1:
             raise LabkitError(f"chunks must be 1 for the {self.schedule.value} schedule (got {self.chunks.value}); "
                               "v > 1 needs schedule interleaved")
+        # the setup reads m = 0 as "p micro-batches": from the panel, 0 is a slip, refused, never replaced
+        require_positive("micro-batches m", self.microbatches.value)
         return TrainingSetup(
             model_shape(self.model.value), micro_batch=self.micro_batch, seq=self.seq, tp=self.tp.value,
             pp=self.pp.value, dp=self.dp.value, zero_stage=self.zero_stage.value, schedule=self.schedule.value,
@@ -69,7 +71,7 @@ class PipelinePanel(Panel):
         p = plan(setup, gpu, hardware.link(self.link.value), hardware.link(DP_LINK))
         self.plan = p
         gpus = setup.dp * setup.tp * setup.pp
-        fits = (f"{p.memory_per_gpu / 2**30:.1f} GiB per GPU: " + ("fits" if p.fits else "does not fit")
+        fits = (f"{p.memory_per_gpu / 2**30:.1f} GiB (2^30 B) per GPU: " + ("fits" if p.fits else "does not fit")
                 + f" on {gpu.name} ({gpu.memory_bytes / 2**30:.0f} GiB, its true capacity)")
         text = (f"{fit_html(p.fits, fits)}; {gpus:,} GPUs; bubble {100 * p.bubble_simulated:.1f}% simulated, "
                 f"{100 * p.bubble_formula:.1f}% by (p-1)/(v*m+p-1); step {p.step_seconds:.2f} s "
@@ -79,5 +81,5 @@ class PipelinePanel(Panel):
         chart = plots.gantt(p.timeline, title=f"{setup.schedule}, p={setup.pp}, m={setup.n_microbatches}"
                             + (f", v={setup.chunks}" if setup.chunks > 1 else "") + " (simulated)", streams=ranks)
         bars = plots.memory_bars({"per GPU": p.per_device_bytes}, capacity_bytes=gpu.memory_bytes,
-                                 capacity_label=gpu.name)
+                                 capacity_label=gpu.name, unit=2**30, unit_name="GiB (2^30 bytes)")  # one unit
         return text, [chart, bars]

@@ -18,7 +18,7 @@ from IPython.display import display
 from matplotlib.figure import Figure
 
 from labkit import hardware
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, require_positive
 from labkit.predict.estimate import PRECISIONS, RECOMPUTE, ZERO_STAGES, MemoryEstimate, TrainingSetup, estimate_memory
 from labkit.shapes import model_names, model_shape
 from labkit.teach import plots
@@ -170,6 +170,8 @@ class MemoryPanel(Panel):
         return self.figures[0] if self.figures else None
 
     def setup(self) -> TrainingSetup:
+        # the estimate reads seq 0 as "the model's own": from the panel, 0 is a slip, refused, never replaced
+        require_positive("sequence", self.seq.value)
         return TrainingSetup(
             model_shape(self.model.value), micro_batch=self.micro_batch.value, seq=self.seq.value,
             precision=self.precision.value, recompute=self.recompute.value,
