@@ -51,7 +51,11 @@ LIMITS: dict[str, int] = {
 LIMIT_OF = {"tp": "gpus", "pp": "gpus", "dp": "gpus", "ep": "gpus", "cp": "gpus", "chunks": "layers",
             "kv_heads": "heads", "micro_batch": "batch", "global_batch": "batch", "microbatches": "batch",
             "gpus_per_node": "gpus",
-            "gpus-per-node": "gpus", "nodes": "gpus", "network_ports": "gpus"}  # fmt: skip
+            "gpus-per-node": "gpus", "nodes": "gpus", "network_ports": "gpus",
+            # transformers' config.json names (labkit.shapes.hf_config)
+            "n_embd": "hidden", "hidden_size": "hidden", "n_layer": "layers", "num_hidden_layers": "layers",
+            "n_head": "heads", "num_attention_heads": "heads", "num_key_value_heads": "heads", "vocab_size": "vocab",
+            "n_inner": "ffn", "intermediate_size": "ffn", "n_positions": "seq", "max_position_embeddings": "seq"}
 
 
 def require_limit(field: str, value: Any) -> Any:
@@ -97,13 +101,14 @@ def available_memory_bytes(device: str = "cpu") -> int | None:
         return None
 
 
-def require_runnable(peak_bytes: float, step_flops: float, device: str = "cpu") -> None:
+def require_runnable(peak_bytes: float, step_flops: float, device: str = "cpu", *, field: str = "batch and seq",
+                     what: str = "peak", fix: str = "lower --batch or --seq") -> None:
     """Refuse, before anything is allocated, a measured step whose predicted peak exceeds the free memory or
     whose FLOPs exceed :data:`STEP_FLOPS_LIMIT` (a run that would take hours, or die in the allocator)."""
     free = available_memory_bytes(device)
     if free is not None and peak_bytes > free:
-        raise LabkitError(f"batch and seq must fit free memory: the predicted peak is {peak_bytes / 1e9:.2f} GB, "
-                          f"{free / 1e9:.2f} GB is free on this {device} (lower --batch or --seq)")
+        raise LabkitError(f"{field} must fit free memory: the predicted {what} is {peak_bytes / 1e9:.2f} GB, "
+                          f"{free / 1e9:.2f} GB is free on this {device} ({fix})")
     limit = STEP_FLOPS_LIMIT.get(device, STEP_FLOPS_LIMIT["cpu"])
     if step_flops > limit:
         raise LabkitError(f"batch and seq must keep one step under {limit:.0e} FLOPs on the {device} "

@@ -6,6 +6,7 @@ status 2 and a single ``labkit: error:`` line; the API cases assert the LabkitEr
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_a_non_finite_answer_is_never_graded_as_a_number(bad):
 @pytest.mark.parametrize("field,value,message", [("batch", math.inf, "batch (k tokens) must be a positive number"),
                                                  ("batch", math.nan, "batch (k tokens) must be a positive number"),
                                                  ("tokens", math.inf, "tokens (1e9) must be a positive number"),
-                                                 ("gpus", 10**12, "GPUs, at least must be a whole number, 0 or more, at most")])
+                                                 ("gpus", 10**12, "GPUs, at least must be a whole number, 0 or")])
 def test_the_economics_panel_refuses_non_finite_and_huge_values(field, value, message):
     from labkit.economics.panel import EconomicsPanel
 
@@ -140,3 +141,24 @@ def test_course_copies_onto_a_file_or_into_a_folder_that_cannot_be_written(tmp_p
     with pytest.raises(LabkitError, match=r"^dst must be a writable folder \(.*read-only.*Permission denied\)$"):
         make_student_copies(src, ro)
     assert list(ro.iterdir()) == []
+
+
+def _config(tmp_path: Path, name: str, **changes) -> str:
+    cfg = json.loads((Path(__file__).parent.parent / "datasets" / "hf_configs" / f"{name}.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg | changes))  # json writes NaN as NaN, and reads it back as a float nan
+    return str(path)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"n_embd": 10**9}, "n_embd must be at most 262,144"),
+    ({"n_embd": 16384 * 3}, "hf_config must fit free memory: the predicted model states (16 B a parameter) is"),
+    ({"resid_pdrop": math.nan}, "config field resid_pdrop must be a probability in [0, 1) (got nan)"),
+    ({"attn_pdrop": 1.5}, "config field attn_pdrop must be a probability in [0, 1) (got 1.5)"),
+])  # fmt: skip
+def test_an_absurd_or_non_finite_config_is_refused_before_anything_is_allocated(tmp_path, capsys, changes, message):
+    argv = ["measure", "--hf-config", _config(tmp_path, "gpt2", **changes)]
+    t0 = time.monotonic()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and time.monotonic() - t0 < DEADLINE_S

@@ -135,6 +135,8 @@ def _hf(config: str | Path, batch: int, seq: int, precision: str, attention: str
                            name=f"{spec.shape.name} ({layers} layers)")
     if seq > spec.shape.seq:
         raise LabkitError(f"seq must be at most the model's {spec.shape.seq} positions (got {seq})")
+    require_runnable(16 * spec.shape.params, 0, device, field="hf_config", what="model states (16 B a parameter)",
+                     fix="a smaller model, or --layers N")  # weights, gradients, AdamW's moments, before allocating
     model = build_model(spec, attention, device=device, dropout=dropout, use_cache=cache)
     ids = torch.randint(0, spec.shape.vocab, (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
     trainer = Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision)

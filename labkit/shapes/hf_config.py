@@ -16,11 +16,12 @@ activation estimate of ``labkit.predict.activation_options`` assumes. Torch-free
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, require_limit
 from labkit.shapes import ModelShape
 
 FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
@@ -64,7 +65,10 @@ def _field(cfg: dict, name: str, family: str, kind: type = int, default: Any = .
     if not ok or (kind is int and value <= 0):
         want = {int: "a positive integer", float: "a number", bool: "true or false", str: "a string"}[kind]
         raise LabkitError(f"config field {name} must be {want} (got {value!r})")
-    return value
+    if kind is float and not (0 <= value < 1 if "drop" in name else math.isfinite(value)):
+        raise LabkitError(f"config field {name} must be " + ("a probability in [0, 1)" if "drop" in name else
+                          "a finite number") + f" (got {value!r})")
+    return require_limit(name, value) if kind is int else value
 
 
 def read_config(path: str | Path) -> dict:
