@@ -113,3 +113,20 @@ def test_tables_align():
     assert out.splitlines()[0] == "name   n" and out.splitlines()[3] == "bbb   22"
     panel = MemoryPanel()
     assert "RTX" not in estimate_table({"x": panel.estimate}) and "no (" in estimate_table({"x": panel.estimate})
+
+
+def test_gantt_legend_sits_outside_the_lanes_and_the_title():
+    from labkit.sim import replay_schedule, schedule
+    from labkit.teach import plots
+
+    order = {r: schedule("1f1b", 4, 8)[r] for r in range(4)}
+    tl = replay_schedule(order, 4, {a: 1.0 for acts in order.values() for a in acts})
+    fig = plots.gantt(tl, title="a long title that a legend above the axes would overprint, simulated")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax, renderer = fig.axes[0], canvas.get_renderer()
+    legend, title, lanes = (x.get_window_extent(renderer) for x in (ax.get_legend(), ax.title, ax))
+    assert not legend.overlaps(title) and legend.x0 >= lanes.x1
+    assert legend.x1 <= fig.bbox.x1  # and still inside the figure

@@ -149,8 +149,8 @@ def gantt(timeline: Timeline, title: str = "Pipeline schedule (simulated)", time
     shown = [k for k in names if any(e.kind == k for e in events)]
     if shown:
         handles = [Patch(color=colors.get(k, "#8C8C8C"), label=names[k]) for k in shown]
-        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
-                  ncols=len(shown))
+        # beside the lanes, right of the axes: above them it overprints a long title
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     plt.close(fig)
     return fig
