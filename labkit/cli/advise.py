@@ -22,7 +22,7 @@ from labkit.advisor import stages
 from labkit.advisor.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.cli.common import parse_int
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
-from labkit.errors import LabkitError, require_choice
+from labkit.errors import LabkitError, divisors, require_choice
 from labkit.predict.attention import attention_kind
 from labkit.shapes import ModelShape
 
@@ -32,7 +32,7 @@ CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpi
 
 
 def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+    return ", ".join(str(d) for d in divisors(n))  # O(sqrt n)
 
 
 def _shape(a: argparse.Namespace) -> ModelShape:
