@@ -110,6 +110,7 @@ def test_a_malformed_guess_reveals_nothing_and_does_not_lock():
     fb = checks.reveal_number("25%", 0.25, "share", "", 1.0, key=key)
     assert not fb and "must be a number" in str(fb) and "0.25 " not in str(fb).replace("like 0.25 or", "")
     assert not checks.predictions.state(key).revealed
+    assert "must be a number" in str(checks.reveal_number(float("inf"), 0.25, "share", "", 1.0, key=key))
     first = checks.reveal_number(0.25, 0.25, "share", "", 1.0, key=key)
     assert first and "After the reveal" not in str(first)
 

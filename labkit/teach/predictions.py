@@ -15,6 +15,7 @@ Ids read ``NN.predict.name``; the question text is what the instructor's key pri
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -161,8 +162,10 @@ def malformed(kind: str, guess: object) -> str:
         return ""
     if kind == "number":
         try:
-            float(guess)
+            value = float(guess)
         except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):
             return f"the guess must be a number, like 0.25 or 16 (got {guess!r})"
     elif kind == "claims" and not isinstance(guess, dict):
         return f"the guess must be a dict of claim to 'yes' or 'no' (got {guess!r})"

@@ -10,6 +10,8 @@ without the answer, and a guess set after the first reveal shown and recorded as
 
 from __future__ import annotations
 
+import math
+
 from labkit.errors import LabkitError
 from labkit.teach import journal
 from labkit.teach.diagnose import diagnose, same_text
@@ -124,6 +126,8 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
     try:
         g = float(guess)
     except (TypeError, ValueError):
+        g = math.nan
+    if not math.isfinite(g):
         return _refused(key, what, f"the guess must be a number, like 0.25 or 16 (got {guess!r})")
     ok = g == value if exact or value == 0 else abs(g - value) <= tol * abs(value)
     mine, theirs = same_text(g, value)
