@@ -80,7 +80,7 @@ print("every rank's logits and gradients equal one process's within 1e-5 (absolu
 # Not 1/4: without sequence parallelism, the LayerNorm inputs and the inputs of the
 # column-parallel linears (4e·sbh of the count above; with dropout, the masks too) stay
 # whole on every rank. With it, they split too (`t=4 +sp` above), which is why
-# Megatron-LM turns it on with tensor parallelism.
+# Megatron-LM offers it beside tensor parallelism (opt-in, its `--sequence-parallel` flag).
 #
 # ## 4 · Beyond 1D: 2D, 2.5D and 3D, written by hand
 #

@@ -251,9 +251,10 @@ plots.line({"search, best seed": [100 * min(p.ga) for p in points],
 # %% [markdown]
 # ## 6 · ZeRO-Offload: the optimizer on the CPU
 #
-# The model keeps 16-bit weights and gradients (4 bytes per parameter); the CPU side keeps
-# the fp32 master weights and Adam's moments (12) and runs the Adam step. Per step the
-# link carries the gradients down and the updated weights up. **Predict:** how many bytes
+# The GPU keeps the 16-bit weights (2 bytes per parameter); the 16-bit gradients go to the
+# CPU as backward produces them (Ren et al., ATC 2021, section 4), and the CPU side keeps
+# them beside the fp32 master weights and Adam's moments (2 + 12) and runs the Adam step.
+# Per step the link carries the gradients down and the updated weights up. **Predict:** how many bytes
 # per parameter cross the link per step?
 
 # %%

@@ -93,7 +93,8 @@ print(compress.ratio_text(rows, speed=True))
 #
 # `torch.utils.checkpoint` drops a region's saved tensors in forward and runs the region
 # again in backward. Four plans on the tiny GPT (4 layers): **full** (every block keeps only
-# its input, 2sbh bytes at 16 bits), **every-2**, **sqrt** (Chen et al.: segments of √n
+# its input, 2sbh bytes at 16 bits), **every-2** (every second block recomputed, keeping
+# only its input; the blocks between keep everything), **sqrt** (Chen et al.: segments of √n
 # blocks, each keeping only its input) and **selective** (Korthikanti et al.: only the
 # attention core, which drops the 5as/h term). **Predict:** with full recompute, what
 # percentage of a layer's activations is kept?
@@ -242,8 +243,9 @@ for r in precision.dynamic_range():
 # %% [markdown]
 # Gradients of a large model are small numbers; many fall below fp16's smallest subnormal
 # and flush to zero. To show it on the tiny model its loss is multiplied by 2⁻¹² (in the
-# fp32 reference too), which puts the gradients where a large model's sit (Micikevicius et
-# al. 2018, Fig. 3). **Predict:** what percentage of the gradient's elements flush to zero
+# fp32 reference too), which puts most gradients below fp16's normal range, where
+# Micikevicius et al. (2018, Fig. 3) found most of an SSD object detector's activation
+# gradients. **Predict:** what percentage of the gradient's elements flush to zero
 # in fp16 without scaling?
 
 # %%
@@ -261,7 +263,8 @@ print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
 # %% [markdown]
 # Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.
 # So `GradScaler` scales **dynamically**: when a step's gradients hold an inf it skips the
-# step and halves the scale. Started at 2²⁴, it skips steps until the scale is right, then
+# step and halves the scale. Started at 2²⁴ (this run's choice; torch's default initial
+# scale is 2¹⁶), it skips steps until the scale is right, then
 # trains; when the gradients overflow again later, it skips and halves again (growth back up
 # waits for 2,000 clean steps, torch's default):
 
