@@ -421,7 +421,8 @@ predicted_interruptions = None  # a count
 # %%
 llama3 = next(t for t in failure_traces() if t.name == "Llama 3")
 print(checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1,
-                           key="01.predict.llama3_interruptions"))
+                           key="01.predict.llama3_interruptions",
+                           exact=False, rel_tol=0.5))  # a published count nothing lets you derive: a band
 print(f"{100 * llama3.hardware_share:.0f}% of them hardware; source: {llama3.source}")
 
 # %%
