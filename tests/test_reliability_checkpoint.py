@@ -239,3 +239,19 @@ def test_the_manifest_records_step_identity_and_every_file_read(tmp_path):
     assert read <= set(m["files"]) and set(m["files"]) == {p.name for p in saved.path.iterdir()} - {MANIFEST}
     assert set(m["index"]["tensors"]) == set(flat_state(t))
     assert (saved.path / ".metadata").is_file()  # DCP's pickle is kept and checksummed, never opened
+
+
+@pytest.mark.parametrize("phase", ["written", "manifest"])
+def test_a_kill_mid_save_beside_planted_symlinks_resumes_bit_exactly_and_writes_nothing_outside(tmp_path, phase):
+    """A SIGKILL during the save of step 4, with step_4's .tmp and final names planted as symlinks out of the root."""
+    from labkit.resilience.crash import KillPoint, crash_and_resume, reference_run
+
+    ref = reference_run(tmp_path / "ref", 6, 2)
+    root, outside = tmp_path / "run", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "step_00000004.tmp").symlink_to(outside)
+    (root / "step_00000004").symlink_to(outside)
+    outcome, _ = crash_and_resume(root, ref, KillPoint(4, phase), 2)
+    assert outcome.ok and outcome.tmp_cleaned and outcome.resumed_from == 2
+    assert list(outside.iterdir()) == []
