@@ -31,10 +31,12 @@ plots.memory_bars(bars, title="GPT-3 175B, one layer, s=2048, b=1 (predicted)")
 # %% [markdown]
 # ## 1 · Predict
 #
-# The tiny GPT (2 layers, hidden 32, 4 heads, dropout 0) is split over 4 ranks with
-# Megatron 1D. **What share of the one-GPU activation bytes of a layer does each rank
-# keep, without sequence parallelism?** (Think about what stays replicated: the
-# LayerNorm inputs and the inputs of the column-parallel layers.)
+# The tiny GPT (2 layers, hidden h = 32, a = 4 heads, sequence s = 64, batch b = 2,
+# dropout 0) is split over 4 ranks with Megatron 1D. **What share of the one-GPU
+# activation bytes of a layer does each rank keep, without sequence parallelism?** (Think
+# about what stays replicated, the LayerNorm inputs and the inputs of the column-parallel
+# layers, and what is split, the attention scores included: with s = 64 and h = 32 they
+# are not small.)
 
 # %%
 predicted_act_share_tp4 = None  # a fraction, e.g. 0.25
