@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import time
 from dataclasses import dataclass, replace
 
@@ -226,7 +227,7 @@ def predicted_extra_flops(cfg: GPTConfig, batch: int, plan: RecomputePlan, early
 
 
 def run_plan(train: TrainConfig, plan: RecomputePlan | str, k: int | None = None, early_stop: bool = True,
-             repeats: int = 2) -> tuple[RecomputeRow, list[torch.Tensor]]:
+             repeats: int = 5) -> tuple[RecomputeRow, list[torch.Tensor]]:
     """One real forward + backward on batch 0 under ``plan``: saved bytes, FLOPs, seconds and the gradients.
 
     Measuring through checkpoint: non-reentrant checkpoint saves a region's inputs through the
@@ -258,7 +259,7 @@ def run_plan(train: TrainConfig, plan: RecomputePlan | str, k: int | None = None
         per_layer=per_layer, outside_bytes=sum(t.nbytes for t in rec.saved if t.layer is None),
         flops=flops.get_total_flops(), extra_flops=flops.get_total_flops() - none_flops,
         predicted_extra_flops=predicted_extra_flops(train.model, b, plan, early_stop), grads_identical=False,
-        loss=loss.item(), step_seconds=min(seconds))
+        loss=loss.item(), step_seconds=statistics.median(seconds))  # one sample on 2 loaded cores can mislead
     return row, grads
 
 

@@ -157,7 +157,12 @@ print(tradeoffs.selective_text(headline))
 # is repeated), and torch's early stop half of that. All three are small against full
 # recompute's third: that is the paper's point.
 #
-# What it costs on this CPU (wall clock, not checked):
+# What it costs on this CPU (wall clock, the median of five runs of each step, not checked).
+# It need not follow the FLOP counts above: a step of this toy is many small kernels whose
+# fixed cost (Python, dispatch, allocating the tensors checkpoint rebuilds) outweighs their
+# arithmetic, so a plan that repeats few FLOPs can still cost a visible share of the step,
+# and other work on these 2 cores moves every figure (hence the median). On a large model,
+# where the arithmetic dominates, time follows the FLOPs.
 
 # %% tags=["nbval-ignore-output"]
 for r in plans:

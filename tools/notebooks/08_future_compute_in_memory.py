@@ -136,6 +136,10 @@ print(text_table(["ADC bits", "analog loss", "digital loss", "gap"], adc.rows())
 enough = min(p.setting for p in adc.points if p.setting is not None and abs(p.gap) <= 0.01)
 print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1, exact=True,
                            key="08.predict.adc_bits"))
+bits = [p.setting for p in adc.points if p.setting is not None]
+plots.line({"analog": [p.loss for p in adc.points if p.setting is not None],
+            "digital": [adc.digital_loss] * len(bits)}, "ADC bits", "validation loss",
+           "Analog crossbar: loss against ADC precision (simulated)", x=bits)
 
 # %% [markdown]
 # Read noise, as a fraction of the largest conductance. Noise is random, so each level runs
@@ -145,10 +149,10 @@ print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0
 # %%
 noise = crossbar_study.seed_sweep(gpt, "noise", [0.02, 0.05, 0.1, 0.2], seeds=range(4))
 print(text_table(["read noise", "digital loss", "mean gap", "smallest gap", "largest gap"], noise.rows()))
-bits = [p.setting for p in adc.points if p.setting is not None]
-plots.line({"analog": [p.loss for p in adc.points if p.setting is not None],
-            "digital": [adc.digital_loss] * len(bits)}, "ADC bits", "validation loss",
-           "Analog crossbar: loss against ADC precision (simulated)", x=bits)
+plots.line({"mean gap": [p.mean for p in noise.points], "smallest gap": [p.spread[0] for p in noise.points],
+            "largest gap": [p.spread[1] for p in noise.points]},
+           "read noise (fraction of the largest conductance)", "analog loss - digital loss",
+           "Analog crossbar: loss gap against read noise, 4 seeds (simulated)", x=[p.setting for p in noise.points])
 
 # %% [markdown]
 # At small noise the gap changes sign from seed to seed: one seed alone could show the noisy
