@@ -94,6 +94,20 @@ def test_measure_model_refuses_a_warmup_that_is_not_a_positive_integer(bad):
         measure_model(model, (torch.ones(2, 4),), loss=lambda m, b: m(b[0]).sum(), warmup=bad)
 
 
+def test_measure_model_names_a_batch_the_model_cannot_take():
+    from labkit.rig.blocks import find_blocks  # noqa: F401 - the user-model path
+
+    model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)]))
+    model.forward = lambda x: model[0][1](model[0][0](x)).sum()
+    from labkit.measure import measure_model
+
+    t0 = time.monotonic()
+    with pytest.raises(LabkitError, match=r"^batch must be what the model takes: its first step raised RuntimeError: "
+                                          r"mat1 and mat2 shapes cannot be multiplied"):
+        measure_model(model, (torch.ones(2, 5),))
+    assert time.monotonic() - t0 < DEADLINE_S
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_a_non_finite_answer_is_never_graded_as_a_number(bad):
     from labkit.teach import checks

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from labkit.errors import require_positive
+from labkit.errors import LabkitError, require_positive
 from labkit.measure.flops import StepFlops, fused_training_flops, measure_flops, register_cpu_flash_formulas
 from labkit.measure.peak import (
     CATEGORIES,
@@ -91,6 +91,12 @@ def measure_model(model: nn.Module, batch: Batch | Callable[[int], Batch], *,
     """
     require_positive("warmup", warmup)  # at least one step, so the optimizer states exist to be measured
     trainer = Trainer(model=model, data=batch, optimizer=optimizer, loss=loss, precision=precision, blocks=blocks)
-    for _ in range(warmup):
+    try:
+        trainer.step()  # the first warm-up step: a batch the model cannot take fails here, in one line
+    except (RuntimeError, TypeError, ValueError, IndexError) as err:
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise LabkitError(f"batch must be what the model takes: its first step raised {type(err).__name__}: "
+                          f"{first}"[:300]) from None
+    for _ in range(warmup - 1):
         trainer.step()
     return measure_step(trainer)
