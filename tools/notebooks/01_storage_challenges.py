@@ -400,7 +400,8 @@ for micro_batch in (16, 4, 1):
 from labkit.practice import design  # noqa: E402
 from labkit.teach.widgets import MemoryPanel  # noqa: E402
 
-MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048).set_task(design.task("01"))
+memory_panel = MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048)
+memory_panel.set_task(design.task("01"))
 
 # %% [markdown]
 # ## 7 · Meanwhile, hardware fails

@@ -359,7 +359,8 @@ except (dist.WorkerError, dist.WorkerTimeout) as err:
 # %% tags=["nbval-ignore-output"]
 from labkit.practice import design  # noqa: E402
 
-PipelinePanel(pp=16, microbatches=32, dp=8, zero_stage=1).set_task(design.task("02"))
+pipeline_panel = PipelinePanel(pp=16, microbatches=32, dp=8, zero_stage=1)
+pipeline_panel.set_task(design.task("02"))
 
 # %% [markdown]
 # ## 9 · Check yourself

@@ -206,7 +206,8 @@ for bad in (lambda: costs.check("2d", 8, 64, 64, 256), lambda: costs.check("3d",
 # %% tags=["nbval-ignore-output"]
 from labkit.practice import design  # noqa: E402
 
-TensorParallelPanel(mode="2d", devices=16, hidden=12288, batch=2048, link="nvlink3").set_task(design.task("03"))
+tensor_panel = TensorParallelPanel(mode="2d", devices=16, hidden=12288, batch=2048, link="nvlink3")
+tensor_panel.set_task(design.task("03"))
 
 # %% [markdown]
 # ## 8 · Check yourself

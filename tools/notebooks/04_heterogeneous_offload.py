@@ -435,7 +435,8 @@ print(f"paper: {headline('Mobius')['claim']}")
 from labkit.offload.panel import OffloadPanel
 from labkit.practice import design
 
-OffloadPanel(model="gpt2-large", gpu="V100-32GB", seq=1024, micro_batch=4, budget_gb=16.0).set_task(design.task("04"))
+offload_panel = OffloadPanel(model="gpt2-large", gpu="V100-32GB", seq=1024, micro_batch=4, budget_gb=16.0)
+offload_panel.set_task(design.task("04"))
 
 # %% [markdown]
 # ## 10 · Check yourself

@@ -404,7 +404,8 @@ assert min(segments, key=lambda r: r.peak_bytes).segment == 1
 from labkit.practice import design as design_tasks  # noqa: E402
 from labkit.reduction.panel import ReductionPanel
 
-ReductionPanel(model="llama2-7b", gpu="A100-80GB", seq=4096, micro_batch=1).set_task(design_tasks.task("05"))
+reduction_panel = ReductionPanel(model="llama2-7b", gpu="A100-80GB", seq=4096, micro_batch=1)
+reduction_panel.set_task(design_tasks.task("05"))
 
 # %% [markdown]
 # ## 8 · Check yourself

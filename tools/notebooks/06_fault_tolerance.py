@@ -136,8 +136,10 @@ print(save_cost.save_cost_text(bandwidths, costs))
 # that bytes over bandwidth leaves out, so there the prediction is far below the measurement.
 # From tens of MB the stall grows with the bytes, and bytes over bandwidth gives its scale; a
 # shared disk's bandwidth changes from moment to moment, so one run can sit well above or
-# below it. The async stall is a copy in host memory, which is much faster than a write with
-# fsync; the write still happens in the background (`async total`), and it has to finish
+# below it. The async stall is a copy in host memory, which the bandwidths measured above
+# put far ahead of a write with fsync (each figure is the median of three saves, because one
+# sample on 2 shared cores can catch the copy behind another process and show the opposite);
+# the write still happens in the background (`async total`), and it has to finish
 # before the next checkpoint starts.
 
 # %% [markdown]
@@ -310,7 +312,8 @@ print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measur
 from labkit.practice import design as design_tasks  # noqa: E402
 from labkit.resilience.panel import ResiliencePanel
 
-ResiliencePanel().set_task(design_tasks.task("06"))
+resilience_panel = ResiliencePanel()
+resilience_panel.set_task(design_tasks.task("06"))
 
 # %% [markdown]
 # ## 10 · Check yourself

@@ -210,7 +210,8 @@ for v in pim.model_views():
 from labkit.future.panel import CrossbarPanel
 from labkit.practice import design
 
-CrossbarPanel.from_trainer(gpt, noise_percent=2.0, weight_bits=8).set_task(design.task("08"))
+crossbar_panel = CrossbarPanel.from_trainer(gpt, noise_percent=2.0, weight_bits=8)
+crossbar_panel.set_task(design.task("08"))
 
 # %% [markdown]
 # ## 7 · Check yourself
