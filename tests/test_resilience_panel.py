@@ -36,7 +36,10 @@ def test_peer_memory_beats_storage_and_rc_matches_its_model():
     storage = panel.outcome
     panel.strategy.value = "in-memory peer"
     peer = panel.outcome
-    assert peer.checkpoint_s == pytest.approx(980e9 / (16384 * 50e9))  # one NDR port per GPU
+    assert peer.checkpoint_s == pytest.approx(980e9 / (128 * 50e9))  # one model-parallel group writes, as section 7
+    panel.writers.value = 10**6  # never more writers than GPUs
+    assert panel.outcome.checkpoint_s == pytest.approx(980e9 / (16384 * 50e9))
+    panel.writers.value = 128
     assert peer.interval_s < storage.interval_s and peer.goodput > storage.goodput
     panel.strategy.value = "redundant computation"
     rc = panel.outcome

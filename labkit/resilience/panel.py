@@ -6,8 +6,11 @@ checkpoint size, storage and network bandwidth, and a strategy:
 * ``checkpoint-restart``: write the checkpoint to shared storage at C = size / storage bandwidth,
   restart at R = restart overhead + size / storage bandwidth; goodput is Daly's exponential model
   at Daly's interval (``labkit.resilience.interval``; Daly, FGCS 2006);
-* ``in-memory peer``: every GPU sends its shard to a peer's CPU memory, as Gemini does (Wang et
-  al., SOSP 2023): C = size / (GPUs x network bandwidth), and the restart reads it back the same way;
+* ``in-memory peer``: each writer sends its shard to a peer's CPU memory, as Gemini does (Wang et
+  al., SOSP 2023): C = size / (writers x network bandwidth), and the restart reads it back the same way.
+  The writers are one model-parallel group, as in the notebook's section 7 (``cluster_intervals``):
+  data-parallel replicas hold the same state, so one replica writes it (default 128 ranks, TP 8 x PP 16),
+  never more than the GPUs there are;
 * ``redundant computation``: Bamboo's RC (Thorpe et al., NSDI 2023): no checkpoint, a per-step
   overhead and a failover slowdown from ``labkit.sim`` (1F1B, p stages, m micro-batches, t_b = 2 t_f),
   then ``redundancy.goodput_redundant``.
@@ -60,7 +63,7 @@ class ResiliencePanel(Panel):
                  checkpoint_gb: float | None = None, storage_gbps: float = 100.0, network_gbps: float | None = None,
                  restart_s: float = 600.0, strategy: str = "checkpoint-restart", stages: int = 8,
                  microbatches: int = 16, failover_s: float = 60.0, replace_min: float = 60.0,
-                 plot: str = "interval") -> None:
+                 plot: str = "interval", writers: int = 128) -> None:
         st, self.traces = self.STYLE, {t.name: t for t in failure_traces()}
         require_choice("preset", preset, [CUSTOM, *self.traces])
         if rate_per_gpu_day is None:
@@ -75,6 +78,7 @@ class ResiliencePanel(Panel):
         self.checkpoint_gb = w.FloatText(value=checkpoint_gb, description="checkpoint GB", style=st)
         self.storage_gbps = w.FloatText(value=storage_gbps, description="storage GB/s", style=st)
         self.network_gbps = w.FloatText(value=network_gbps, description="net GB/s/GPU", style=st)
+        self.writers = w.IntText(value=writers, description="peer: writers", style=st)
         self.restart_s = w.FloatText(value=restart_s, description="restart s", style=st)
         self.strategy = w.Dropdown(options=list(STRATEGIES), value=require_choice("strategy", strategy, STRATEGIES),
                                    description="strategy", style=st)
@@ -88,7 +92,7 @@ class ResiliencePanel(Panel):
         self.preset.observe(self._preset_changed, names="value")  # before _wire: the rate is set, then drawn
         self.rate.observe(self._rate_changed, names="value")
         self._wire([self.gpus, self.preset, self.rate, self.checkpoint_gb, self.storage_gbps, self.network_gbps,
-                    self.restart_s, self.strategy, self.stages, self.microbatches, self.failover_s,
+                    self.writers, self.restart_s, self.strategy, self.stages, self.microbatches, self.failover_s,
                     self.replace_min, self.plot], columns=3)
 
     def _preset_changed(self, change: dict) -> None:
@@ -136,7 +140,8 @@ class ResiliencePanel(Panel):
         if strategy == "checkpoint-restart":
             c = size / (self._number("storage GB/s", self.storage_gbps.value) * 1e9)
         else:
-            c = size / (gpus * self._number("net GB/s/GPU", self.network_gbps.value) * 1e9)
+            writers = min(gpus, require_positive("peer: writers", self.writers.value))
+            c = size / (writers * self._number("net GB/s/GPU", self.network_gbps.value) * 1e9)
         tau = daly_interval(c, mtbf)
         g = goodput_daly(tau, c, restart + c, mtbf)
         return Outcome(strategy, g, (1 - g) * gpus * 24, tau, c, restart + c)
