@@ -108,7 +108,8 @@ class EconomicsPanel(Panel):
             where = f"{self.region.value} ({intensity:g} gCO2/kWh)"
         gpus, batch = self.gpus.value, self.batch.value
         if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= LIMITS["gpus"]:
-            raise LabkitError(f"GPUs, at least must be a whole number, 0 or more, at most {LIMITS['gpus']:,} (got {gpus!r})")
+            raise LabkitError(f"GPUs, at least must be a whole number, 0 or more, at most {LIMITS['gpus']:,} "
+                              f"(got {gpus!r})")
         if not isinstance(batch, (int, float)) or not 0 < batch <= LIMITS["batch"]:
             raise LabkitError(f"batch (k tokens) must be a positive number up to {LIMITS['batch']:,} (got {batch!r})")
         runs = compare(self.model.value, tokens * 1e9, self.gpu.value, g_co2_per_kwh=float(intensity),
