@@ -22,13 +22,18 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def estimate_table(estimates: Mapping[str, MemoryEstimate]) -> str:
-    """One row per estimate: GB per device by category, activation share, and the fit if known."""
+    """One row per estimate: GB per device by category, activation share, the whole-step peak where one GPU's step
+    is predicted (``labkit.predict.step_peak``; "-" for a sharded layout), and the fit if known (judged on the peak
+    where there is one, else on the total)."""
     rows = []
     for label, est in estimates.items():
         d = est.per_device_bytes
         fit = "" if est.fits is None else (
             f"fits ({est.headroom_bytes / 1e9:+.1f})" if est.fits else f"no ({est.headroom_bytes / 1e9:+.1f})"
         )
-        rows.append([label, *(f"{d[c] / 1e9:.1f}" for c in COLUMNS), f"{100 * est.activation_share:.0f}%", fit])
-    headers = ["per device, GB", "params", "grads", "optim", "activ", "total", "activ %", "fit (GB spare)"]
+        peak = "-" if est.peak_bytes is None else f"{est.peak_bytes / 1e9:.1f}"
+        rows.append([label, *(f"{d[c] / 1e9:.1f}" for c in COLUMNS), f"{100 * est.activation_share:.0f}%", peak,
+                     fit])
+    headers = ["per device, GB", "params", "grads", "optim", "activ", "total", "activ %", "step peak",
+               "fit (GB spare)"]
     return text_table(headers, rows)

@@ -324,7 +324,10 @@ checks.reveal_claims(activations_more_than_half,
 # states, which is why sharding states (notebook 02) comes first and recompute
 # (notebook 05) second. Selective recompute with sequence parallelism turns GPT-3's
 # activations from the largest part into a minority of what each GPU holds (the
-# `activ %` column).
+# `activ %` column). Where one GPU runs the whole step, the `step peak` column is the most
+# the step holds at once (`labkit.predict.step_peak`): the total, plus the loss's fp32
+# logits and their gradients or, in the optimizer step, every gradient's fp32 copy and
+# AdamW's temporaries; the fit is judged on it there, and on the total for a sharded layout.
 
 # %%
 plots.memory_bars({k: v.per_device_bytes for k, v in scaled.items() if "one GPU" not in k},
@@ -451,7 +454,7 @@ from labkit.measure.own_model import compare_model  # noqa: E402
 from labkit.shapes.hf_models import small_spec  # noqa: E402
 
 spec = small_spec("llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=96)
-report = compare_model(spec, batch=2, seq=32, precision="bf16-mixed", attention="sdpa")
+report = compare_model(spec, batch=2, seq=32, precision="bf16-mixed", attention="sdpa", timed=False)
 print(report)
 
 # %% [markdown]
