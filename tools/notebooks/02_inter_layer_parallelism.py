@@ -296,8 +296,9 @@ print("with a stash (pipedream, 2bw) every gradient equals the true one bit for 
 # tensor parallel 8 inside a node, pipeline p = 16 across nodes over InfiniBand HDR,
 # data parallel 8 with ZeRO stage 1. Stage times come from a roofline of each layer's
 # kernels (`labkit.predict.compute`, the advisor's kernel model of notebook 09); the
-# simulator adds the bubble, and ZeRO's traffic is a ring collective. Memory is in GiB (2^30 B), and "fits" compares it with the GPU's true
-# capacity: an A100 sold as "80 GB" holds 80 GiB (85.9e9 B).
+# simulator adds the bubble, and ZeRO's traffic is a ring collective. Memory is in GiB
+# (2^30 B), and "fits" compares it with the GPU's true capacity: an A100 sold as "80 GB"
+# holds 80 GiB (85.9e9 B).
 
 # %%
 gpt3, a100, ib = model_shape("gpt3-175b"), hardware.gpu("A100-80GB"), hardware.link("ib-hdr")
