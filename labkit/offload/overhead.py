@@ -24,18 +24,18 @@ import torch
 from labkit.errors import require_positive
 from labkit.offload.trace import Trace
 from labkit.offload.vdnn import Offloader
-from labkit.offload.vdnn.slots import _Slot
+from labkit.offload.vdnn.slots import Slot
 from labkit.rig.train import Trainer
 
 
 class NullOffloader(Offloader):
     """An :class:`Offloader` whose "copy" out keeps a reference and whose copy back returns it: no bytes move."""
 
-    def _write(self, slot: _Slot, u8: torch.Tensor) -> None:
+    def _write(self, slot: Slot, u8: torch.Tensor) -> None:
         slot.buf = u8
         self.stats.bytes_written += slot.nbytes
 
-    def _read(self, slot: _Slot) -> torch.Tensor:
+    def _read(self, slot: Slot) -> torch.Tensor:
         assert slot.buf is not None
         return slot.buf
 

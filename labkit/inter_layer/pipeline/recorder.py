@@ -30,7 +30,7 @@ def _unpack(packed: Any) -> torch.Tensor:
     return packed.tensor if isinstance(packed, _Held) else packed
 
 
-class _Recorder:
+class Recorder:
     """Times the compute actions of one rank and counts the bytes of live saved tensors."""
 
     def __init__(self, skip: list[torch.Tensor], device: torch.device) -> None:

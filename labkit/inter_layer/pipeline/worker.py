@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from labkit.inter_layer.pipeline.recorder import _Recorder
+from labkit.inter_layer.pipeline.recorder import Recorder
 from labkit.inter_layer.pipeline.stages import LR, build_model, check_pipeline, lm_loss, model_config, split_stages
 from labkit.rig.data import batches
 from labkit.rig.step import optimizer_step
@@ -34,7 +34,7 @@ def train_pipeline(rank: int, world_size: int, kind: str = "1f1b", microbatches:
     params = [w for s in mine for w in mods[s].parameters()]
     buffers = [b for s in mine for b in mods[s].buffers()]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, foreach=False)
-    rec = _Recorder(params + buffers, dev)
+    rec = Recorder(params + buffers, dev)
     rec.instrument(stages)
     loss_fn = partial(rec.timed_loss, lm_loss)
     if kind == "interleaved":

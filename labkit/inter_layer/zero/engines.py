@@ -67,7 +67,7 @@ class FlatZero2:
         self.shard.grad = None
 
 
-def _engine(strategy: str, net: nn.Module, rank: int, world_size: int) -> tuple[nn.Module, Any, list]:
+def build_engine(strategy: str, net: nn.Module, rank: int, world_size: int) -> tuple[nn.Module, Any, list]:
     """(module to call, optimizer with step and zero_grad, tensors the optimizer adds to the model's)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.inter_layer.zero.comm import CollectiveCounter, Comm, profiled_collectives
-from labkit.inter_layer.zero.engines import _engine, check, held_bytes, model_config
+from labkit.inter_layer.zero.engines import build_engine, check, held_bytes, model_config
 from labkit.rig.data import batches
 from labkit.rig.model import TinyGPT, count_parameters
 from labkit.rig.step import Loop, training_step
@@ -44,7 +44,7 @@ def train_rank(rank: int, world_size: int, strategy: str = "zero3", steps: int =
     torch.manual_seed(seed)
     net = TinyGPT(cfg)
     psi = count_parameters(net)
-    module, optimizer, extra = _engine(strategy, net, rank, world_size)
+    module, optimizer, extra = build_engine(strategy, net, rank, world_size)
     data, local = batches(batch_size, cfg.seq_len, seed), batch_size // world_size
     loop = Loop(module, optimizer, lambda i: tuple(t[rank * local : (rank + 1) * local] for t in data(i)))
     losses, comm, profiled = [], [], {}

@@ -21,12 +21,14 @@ KINDS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": 
 Comm = dict[str, dict[str, int]]  # kind -> {"calls", "elements", "bytes"}
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor (a plain tensor as it is): what the rank holds."""
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def _key(t: torch.Tensor) -> int:
-    return _local(t).untyped_storage().data_ptr()
+def storage_key(t: torch.Tensor) -> int:
+    """One key per local storage, so views of one buffer count once."""
+    return local_shard(t).untyped_storage().data_ptr()
 
 
 class SavedBytes(ModuleHooks):
@@ -41,21 +43,21 @@ class SavedBytes(ModuleHooks):
     def __init__(self, model: nn.Module, exclude: tuple[torch.Tensor, ...], mesh: DeviceMesh,
                  shard_modules: tuple[str, ...] = ()) -> None:
         super().__init__(model)
-        self.skip = {_key(t) for t in (*model.parameters(), *model.buffers(), *exclude)}
+        self.skip = {storage_key(t) for t in (*model.parameters(), *model.buffers(), *exclude)}
         self.mesh, self.shard_modules = mesh, shard_modules
         self.records: dict[int, SavedTensor] = {}
 
     def _record(self, t: torch.Tensor) -> None:
-        key = _key(t)
+        key = storage_key(t)
         if key not in self.skip and key not in self.records and t.numel():
             self.records[key] = SavedTensor(self.stack[-1] if self.stack else "", tuple(t.shape),
                                             str(t.dtype).replace("torch.", ""), t.untyped_storage().nbytes())
 
     def _pack(self, t: torch.Tensor) -> Any:
         with torch.no_grad():
-            local, module = _local(t), (self.stack[-1] if self.stack else "")
+            local, module = local_shard(t), (self.stack[-1] if self.stack else "")
             if (self.shard_modules and module.endswith(self.shard_modules) and isinstance(t, DTensor)
-                    and all(p.is_replicate() for p in t.placements) and _key(local) not in self.skip
+                    and all(p.is_replicate() for p in t.placements) and storage_key(local) not in self.skip
                     and local.is_contiguous()):
                 piece = local.chunk(self.mesh.size())[self.mesh.get_local_rank()].clone()
                 self._record(piece)
@@ -79,7 +81,7 @@ class SavedBytes(ModuleHooks):
         return [dict(d) for d in out]
 
 
-def _kind(name: str) -> str:
+def kind_of(name: str) -> str:
     """all_gather_into_tensor -> all_gather, allreduce_ -> all_reduce, ..."""
     flat = name.replace("_", "")
     return next((kind for prefix, kind in KINDS.items() if flat.startswith(prefix)), name)
@@ -101,10 +103,10 @@ class CollectiveCounter(TorchDispatchMode):
             return NotImplemented
         out = func(*args, **(kwargs or {}))
         space, name = func._schema.name.split("::")
-        if space in ("c10d", "_c10d_functional") and _kind(name) in KINDS.values():
+        if space in ("c10d", "_c10d_functional") and kind_of(name) in KINDS.values():
             groups = [[t for t in tree_leaves(a) if isinstance(t, torch.Tensor)] for a in (*args, out)]
             biggest = max(groups, key=lambda ts: sum(t.numel() for t in ts))  # gather output, scatter input
-            row = self.counts[_kind(name)]
+            row = self.counts[kind_of(name)]
             row["calls"] += 1
             row["elements"] += sum(t.numel() for t in biggest)
             row["bytes"] += sum(t.numel() * t.element_size() for t in biggest)
@@ -114,5 +116,6 @@ class CollectiveCounter(TorchDispatchMode):
         return {k: dict(v) for k, v in sorted(self.counts.items())}
 
 
-def _full(t: torch.Tensor) -> torch.Tensor:
+def gathered(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor on this rank (a DTensor all-gathered), detached: for comparing with one process."""
     return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()

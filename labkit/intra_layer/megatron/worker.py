@@ -19,7 +19,15 @@ from torch.distributed.tensor.parallel import (
 from labkit import dist as ldist
 from labkit.errors import require_positive
 from labkit.intra_layer.megatron.model import LR, SAVED_SHARDS, build, check, model_config, qkv_rows
-from labkit.intra_layer.megatron.observe import CollectiveCounter, Comm, SavedBytes, _full, _key, _kind, _local
+from labkit.intra_layer.megatron.observe import (
+    CollectiveCounter,
+    Comm,
+    SavedBytes,
+    gathered,
+    kind_of,
+    local_shard,
+    storage_key,
+)
 from labkit.rig.data import batches
 from labkit.rig.model import TinyGPT
 from labkit.rig.step import Loop, StepHooks, forward_backward, optimizer_step, training_step
@@ -56,7 +64,7 @@ def train_tp(rank: int, world_size: int, sp: bool = False, model: dict | None = 
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     losses, seen = [], {}
     loop = Loop(net, opt, batches(batch_size, cfg.seq_len, seed), loss=partial(_logits_and_loss, seen))
-    param_bytes = sum({_key(p): _local(p).untyped_storage().nbytes() for p in net.parameters()}.values())
+    param_bytes = sum({storage_key(p): local_shard(p).untyped_storage().nbytes() for p in net.parameters()}.values())
 
     def counted(_batch) -> ExitStack:  # forward and backward: collectives counted two ways, the loss parallel
         stack = ExitStack()
@@ -82,14 +90,14 @@ def train_tp(rank: int, world_size: int, sp: bool = False, model: dict | None = 
             saved, counter, debug, stepped = seen["saved"], seen["counter"], seen["debug"], seen["stepped"]
             if i == 0:
                 layers = saved.by_layer(cfg.n_layer)
-                first = ([sum(d.values()) for d in layers], layers[0], counter.table(),
-                         {_kind(str(k).split(".")[-1]): v for k, v in debug.get_comm_counts().items()}, stepped.table())
-            losses.append(float(_full(loss)))
-    grads = {n: _full(p.grad) for n, p in net.named_parameters()}  # SGD leaves the last gradients in place
+                kinds = {kind_of(str(k).split(".")[-1]): v for k, v in debug.get_comm_counts().items()}
+                first = ([sum(d.values()) for d in layers], layers[0], counter.table(), kinds, stepped.table())
+            losses.append(float(gathered(loss)))
+    grads = {n: gathered(p.grad) for n, p in net.named_parameters()}  # SGD leaves the last gradients in place
     back = torch.argsort(qkv_rows(cfg.d_model, t))
     grads |= {n: g[back] for n, g in grads.items() if ".c_attn." in n}
-    return asdict(RankResult(rank, t, sp, asdict(cfg), batch_size, param_bytes, *first, losses, _full(seen["logits"]),
-                             grads))
+    logits = gathered(seen["logits"])
+    return asdict(RankResult(rank, t, sp, asdict(cfg), batch_size, param_bytes, *first, losses, logits, grads))
 
 
 def _logits_and_loss(seen: dict, model: nn.Module, batch) -> torch.Tensor:

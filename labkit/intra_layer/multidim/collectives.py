@@ -30,25 +30,28 @@ class CollectiveLog(TorchDispatchMode):
         return out
 
 
-def _broadcast(t: torch.Tensor, src: int, group) -> torch.Tensor:
+def group_broadcast(t: torch.Tensor, src: int, group) -> torch.Tensor:
+    """``t`` from group rank ``src`` to every rank of ``group`` (in place)."""
     if group is not None:
         dist.broadcast(t, group=group, group_src=src)
     return t
 
 
-def _reduce(t: torch.Tensor, dst: int, group) -> torch.Tensor:
+def group_reduce(t: torch.Tensor, dst: int, group) -> torch.Tensor:
+    """The sum over ``group``, on group rank ``dst`` (in place)."""
     if group is not None:
         dist.reduce(t, group=group, group_dst=dst)
     return t
 
 
-def _all_reduce(t: torch.Tensor, group) -> torch.Tensor:
+def group_all_reduce(t: torch.Tensor, group) -> torch.Tensor:
+    """The sum over ``group`` on every rank of it (in place)."""
     if group is not None:
         dist.all_reduce(t, group=group)
     return t
 
 
-def _all_gather(piece: torch.Tensor, group) -> torch.Tensor:
+def group_all_gather(piece: torch.Tensor, group) -> torch.Tensor:
     """Pieces of all ranks of ``group``, stacked along dim 0 in group-rank order."""
     if group is None:
         return piece
@@ -57,7 +60,7 @@ def _all_gather(piece: torch.Tensor, group) -> torch.Tensor:
     return out
 
 
-def _reduce_scatter(full: torch.Tensor, group) -> torch.Tensor:
+def group_reduce_scatter(full: torch.Tensor, group) -> torch.Tensor:
     """Sum over ``group``, then this rank's 1/g of dim 0."""
     if group is None:
         return full

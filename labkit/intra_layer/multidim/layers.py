@@ -7,7 +7,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from labkit.intra_layer.multidim.collectives import _all_gather, _all_reduce, _broadcast, _reduce, _reduce_scatter
+from labkit.intra_layer.multidim.collectives import (
+    group_all_gather,
+    group_all_reduce,
+    group_broadcast,
+    group_reduce,
+    group_reduce_scatter,
+)
 from labkit.intra_layer.multidim.mesh import Mesh
 
 
@@ -21,7 +27,7 @@ class _Column1D(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        dx = _all_reduce(dy @ w.T, ctx.mesh.groups["world"])  # Megatron's f: identity forward, all-reduce back
+        dx = group_all_reduce(dy @ w.T, ctx.mesh.groups["world"])  # Megatron's f: identity forward, all-reduce back
         return dx, x.T @ dy, dy.sum(0), None
 
 
@@ -29,7 +35,7 @@ class _Row1D(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, mesh):
         ctx.save_for_backward(x, w)
-        return _all_reduce(x @ w, mesh.groups["world"]).add_(b)  # Megatron's g: all-reduce forward
+        return group_all_reduce(x @ w, mesh.groups["world"]).add_(b)  # Megatron's g: all-reduce forward
 
     @staticmethod
     def backward(ctx, dy):
@@ -47,8 +53,8 @@ class _Summa(torch.autograd.Function):
         i, j, row, col = mesh.coords["i"], mesh.coords["j"], mesh.groups["row"], mesh.groups["col"]
         y = x.new_zeros((x.shape[0], w.shape[1]))
         for k in range(mesh.grid.q):
-            xk = _broadcast(x if j == k else torch.empty_like(x), k, row)  # X_ik along grid row i
-            wk = _broadcast(w if i == k else torch.empty_like(w), k, col)  # W_kj down grid column j
+            xk = group_broadcast(x if j == k else torch.empty_like(x), k, row)  # X_ik along grid row i
+            wk = group_broadcast(w if i == k else torch.empty_like(w), k, col)  # W_kj down grid column j
             y.addmm_(xk, wk)
         return y.add_(b)
 
@@ -59,15 +65,15 @@ class _Summa(torch.autograd.Function):
         i, j, row, col = mesh.coords["i"], mesh.coords["j"], mesh.groups["row"], mesh.groups["col"]
         dx = dw = None
         for k in range(mesh.grid.q):  # dX_ik = sum_j dY_ij W_kj^T, summed onto rank (i, k)
-            wk = _broadcast(w if i == k else torch.empty_like(w), k, col)
-            part = _reduce(dy @ wk.T, k, row)
+            wk = group_broadcast(w if i == k else torch.empty_like(w), k, col)
+            part = group_reduce(dy @ wk.T, k, row)
             dx = part if j == k else dx
         for k in range(mesh.grid.q):  # dW_kj = sum_i X_ik^T dY_ij, summed onto rank (k, j)
-            xk = _broadcast(x if j == k else torch.empty_like(x), k, row)
-            part = _reduce(xk.T @ dy, k, col)
+            xk = group_broadcast(x if j == k else torch.empty_like(x), k, row)
+            part = group_reduce(xk.T @ dy, k, col)
             dw = part if i == k else dw
-        dw = _all_reduce(dw, mesh.groups["depth"])  # 2.5d: W is replicated over the d layers
-        return dx, dw, _all_reduce(dy.sum(0), mesh.groups["coldepth"]), None
+        dw = group_all_reduce(dw, mesh.groups["depth"])  # 2.5d: W is replicated over the d layers
+        return dx, dw, group_all_reduce(dy.sum(0), mesh.groups["coldepth"]), None
 
 
 class _Cube(torch.autograd.Function):
@@ -78,16 +84,16 @@ class _Cube(torch.autograd.Function):
         ctx.save_for_backward(x, w)  # only this rank's pieces: 1/q^3 of each
         ctx.mesh, ctx.layer = mesh, layer
         gx, gw, gy = _cube_groups(mesh, layer)
-        return _reduce_scatter(_all_gather(x, gx) @ _all_gather(w, gw), gy).add_(b)
+        return group_reduce_scatter(group_all_gather(x, gx) @ group_all_gather(w, gw), gy).add_(b)
 
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
         gx, gw, gy = _cube_groups(ctx.mesh, ctx.layer)
-        dy = _all_gather(dy, gy)
-        xg, wg = _all_gather(x, gx), _all_gather(w, gw)  # gathered again, not kept from forward
-        dx, dw = _reduce_scatter(dy @ wg.T, gx), _reduce_scatter(xg.T @ dy, gw)
-        return dx, dw, _all_reduce(dy.sum(0), gw), None, None
+        dy = group_all_gather(dy, gy)
+        xg, wg = group_all_gather(x, gx), group_all_gather(w, gw)  # gathered again, not kept from forward
+        dx, dw = group_reduce_scatter(dy @ wg.T, gx), group_reduce_scatter(xg.T @ dy, gw)
+        return dx, dw, group_all_reduce(dy.sum(0), gw), None, None
 
 
 def _cube_groups(mesh: Mesh, layer: int) -> tuple[Any, Any, Any]:

@@ -14,7 +14,7 @@ from labkit.offload.disk.io import DiskFull
 from labkit.offload.disk.store import DiskStore
 from labkit.offload.trace import Trace
 from labkit.offload.vdnn.policy import OffloadPolicy
-from labkit.offload.vdnn.slots import OffloadDiskFull, OffloadError, OffloadStats, _Slot
+from labkit.offload.vdnn.slots import OffloadDiskFull, OffloadError, OffloadStats, Slot
 
 STORES = ("dram", "disk")
 
@@ -75,7 +75,7 @@ class Offloader(SavedHooks):
         self.counter.alloc(key, nbytes, module)
         if not want:
             return
-        slot = _Slot(idx, module, nbytes)
+        slot = Slot(idx, module, nbytes)
         u8 = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage(), 0, (nbytes,), (1,))
         self._write(slot, u8)
         self.slots[key], self.by_index[idx] = slot, key
@@ -125,7 +125,7 @@ class Offloader(SavedHooks):
         self._reset()
 
     # -- moving bytes -----------------------------------------------------------------------
-    def _write(self, slot: _Slot, u8: torch.Tensor) -> None:
+    def _write(self, slot: Slot, u8: torch.Tensor) -> None:
         if self.store == "dram":
             slot.buf = u8.clone()
         else:
@@ -144,7 +144,7 @@ class Offloader(SavedHooks):
             self._on_disk += slot.nbytes
         self.stats.bytes_written += slot.nbytes
 
-    def _read(self, slot: _Slot) -> torch.Tensor:
+    def _read(self, slot: Slot) -> torch.Tensor:
         if self.store == "dram":
             if slot.buf is None:
                 raise OffloadError(f"the DRAM copy of {slot.label()} is gone")
@@ -156,7 +156,7 @@ class Offloader(SavedHooks):
         except LabkitError as err:
             raise OffloadError(f"{slot.label()} could not be read back in backward: {err}") from err
 
-    def _load(self, slot: _Slot) -> None:
+    def _load(self, slot: Slot) -> None:
         """Read one slot (prefetcher or consumer); the caller has marked it 'reading'.
 
         Whatever goes wrong is kept on the slot and raised by the backward that uses it: an
@@ -228,7 +228,7 @@ class Offloader(SavedHooks):
             self.peak = max(self.peak, self.counter.peak)
             return slot.data
 
-    def _unlink(self, slot: _Slot) -> None:
+    def _unlink(self, slot: Slot) -> None:
         if slot.name is not None:
             self._on_disk -= slot.nbytes
             if self._disk is not None and self._disk.path is not None:

@@ -19,7 +19,9 @@ class OffloadDiskFull(OffloadError):
 
 
 @dataclass
-class _Slot:
+class Slot:
+    """One offloaded storage: where its bytes went, whether its read is pending or done, and its error."""
+
     index: int
     module: str
     nbytes: int
