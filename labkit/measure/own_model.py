@@ -76,7 +76,8 @@ def format_report(r: OwnModelReport) -> str:
         pred = "; ".join(f"{k} {v * 1e3:,.2f} ms (measured/predicted {t['measured'] / v:.2f})" if v else
                          f"{k}: none" + (" (a CPU has no catalogue entry)" if k == "datasheet" else " (--calibration)")
                          for k, v in t["predicted"].items())
-        lines.append(f"step time: measured {t['measured'] * 1e3:,.2f} ms (median of 3); predicted: {pred}")
+        lines.append(f"step time: measured {t['measured'] * 1e3:,.2f} ms (median of 3); predicted: {pred}"
+                     + (f"; calibration of {t['calibration']}" if t.get("calibration") else ""))
     if pk["reserved"] is not None:
         lines.append(f"caching allocator reserved {pk['reserved']:,} B at most: {pk['allocator_reserve']:,} B "
                      "beyond the allocated peak")
@@ -223,6 +224,7 @@ def compare_model(config=None, batch: int = 2, seq: int = 32, precision: str = "
 
         say("timing three steps")
         timing = {"measured": measured_step_seconds(trainer), "predicted": predicted_step_times(
-            shape, seq, batch, precision, attention, device, calibration)}
+            shape, seq, batch, precision, attention, device, calibration),
+            "calibration": None if calibration is None else f"{calibration.machine}, {calibration.date}"}
     return OwnModelReport(name, params, setup, categories, [(m, per_layer) for m in layers],
                           (sum(step.outside_layers().values()), outside), peak_info, timing)
