@@ -176,3 +176,17 @@ def test_an_absurd_or_non_finite_config_is_refused_before_anything_is_allocated(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and time.monotonic() - t0 < DEADLINE_S
+
+
+def test_the_api_refuses_huge_sizes_as_fast_as_the_cli():
+    from labkit.advisor.search import advise
+    from labkit.shapes import ModelShape
+
+    t0 = time.monotonic()
+    with pytest.raises(LabkitError, match=r"^gpus must be at most 2,097,152"):
+        advise("gpt3-175b", 1536, gpus=10**12)  # what the advisor panel calls: it hung the kernel
+    with pytest.raises(LabkitError, match=r"^global_batch must be at most 67,108,864"):
+        advise("gpt3-175b", 10**12, gpus=8)
+    with pytest.raises(LabkitError, match=r"^heads must divide hidden=1000000000000: allowed 1, 2, 4, 5, 8"):
+        ModelShape(name="x", layers=2, hidden=10**12, heads=3, vocab=100, seq=64)
+    assert time.monotonic() - t0 < DEADLINE_S
