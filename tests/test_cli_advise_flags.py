@@ -106,3 +106,21 @@ def test_a_long_context_config_needs_seq(capsys, flag: str) -> None:
     assert main(["advise", flag, "mistral-7b", "--batch", "8", "--gpus", "8"]) == 2
     err = capsys.readouterr().err
     assert "seq must be given for mistral-7b: its config allows 32,768 positions, more than 8,192" in err
+
+
+def test_a_calibration_file_replaces_the_datasheet(capsys, tmp_path) -> None:
+    """Measured rates (labkit.hardware.calibration) in place of the datasheet's: half the GEMM rate, a slower step."""
+    import json
+
+    from labkit.hardware import calibration as cal
+
+    measured = cal.Calibration("test-h200", "cuda", "2.11", "2026-12-04", "bf16", 0.5 * 789e12, 4.0e12, 20e-6, 1e-9,
+                               gemm_efficiency=0.8, memory_efficiency=0.89)
+    path = cal.save(measured, tmp_path / "h200.json")
+    base = ["advise", "--model", "llama2-7b", "--seq", "2048", "--batch", "8", "--gpu", "H200", "--gpus", "8",
+            "--dp", "8", "--tp", "1", "--pp", "1", "--zero", "3", "--top", "0", "--json"]
+    assert main(base) == 0
+    datasheet = json.loads(capsys.readouterr().out)["plans"][0]["step_s"]
+    assert main([*base, "--calibration", str(path)]) == 0
+    calibrated = json.loads(capsys.readouterr().out)["plans"][0]["step_s"]
+    assert calibrated > 1.3 * datasheet

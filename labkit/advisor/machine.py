@@ -135,7 +135,8 @@ def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: s
                           f"({h.note or 'none in the catalogue'}) (got {gpus})")
     cl = hardware.cluster(cat.gpu(gpu).name, node, gpus // node, net or "ib-hdr", cat)
     if calibration is not None:
-        cl = replace(cl, device=calibration.device(cl.device))
+        # measured rates in place of the datasheet's; the catalogue name kept, so prices and energy figures apply
+        cl = replace(cl, device=replace(calibration.device(cl.device), name=cl.device.name))
     grid.region(region)
     dram_tier = cat.tier(dram or h.dram or "DDR4-3200")
     ssd_name = ssd or h.nvme
