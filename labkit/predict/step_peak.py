@@ -11,7 +11,7 @@ A step is held to three moments (the measured side is ``labkit.measure.peak.whol
   alive beside every activation (PyTorch's ``aten/src/ATen/native/LossNLL.cpp`` and
   ``SoftMax.cpp``); then, layer by layer, gradients arrive while activations are freed: the
   moment at the last layer (the output layer's gradient, the gradient flowing back, and the
-  largest layer's MLP transients: one weight gradient ``e*h*f`` and two ``e*b*s*f`` gradients) and
+  largest layer's MLP transients: one weight gradient ``e*h*f`` and one or two ``e*b*s*f`` gradients) and
   at the first layer (every layer's gradient but one layer's activations) are checked too;
 * **the optimizer step**: model states, every gradient, and the temporaries of the AdamW in use,
   read off ``torch/optim/adam.py``: the lab's ``MasterWeightAdamW`` first makes an fp32 copy of
@@ -25,7 +25,8 @@ On CUDA every moment also holds cuBLAS's workspaces, one per (handle, stream) an
 backward run on two threads with a handle each: 2 x 32 MiB on compute capability 9 and later,
 2 x (8 MiB + 128 KiB) before (``aten/src/ATen/cuda/CublasHandlePool.cpp``, ``parseChosenWorkspaceSize``),
 and the batch itself. The caching allocator's reserve beyond the peak is a separate margin
-(``labkit.predict.reference``: the largest share measured on the H200), not part of the peak.
+(``labkit.predict.allocator``: the largest share measured on the H200), not part of the peak.
+Checked against the H200's measurements in ``labkit.predict.reference`` (every row within 0.1%).
 Left out, stated: module buffers (a rotary table's inverse frequencies) and the allocator's
 512-byte rounding, both under a kilobyte per tensor.
 """
