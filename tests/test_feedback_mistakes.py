@@ -114,3 +114,30 @@ def test_the_issue_s_named_mistakes_are_diagnosed():
         assert not fb and named in fb.diagnosis, (key, fb.diagnosis)
     assert not checks.check("05.reason.selective_share", 0.702)
     assert checks.check("05.reason.selective_share", 0.714)
+
+
+def test_a_prediction_names_its_listed_mistake_before_any_unit_slip():
+    from labkit.teach.diagnose import named_mistake
+    from labkit.teach.reveal import reveal_number
+
+    mistakes = {"GPipe's m: 1F1B starts a backward once p - rank forwards are in flight": 8, "one": 1}
+    assert named_mistake(8, 4, mistakes).startswith("GPipe's m") and named_mistake(5, 4, mistakes) == ""
+    fb = reveal_number(8, 4, "1F1B, rank 0", "micro-batches", 1.0, mistakes=mistakes)
+    assert not fb and "GPipe's m" in fb.diagnosis and "GPipe's m" in str(fb)
+    assert "GiB" in reveal_number(4 * 2**30 / 1e9, 4, "size", "GB", 1.0, rel_tol=0.01, mistakes=mistakes).diagnosis
+
+
+def test_notebook_predictions_with_listed_mistakes_list_two_or_more():
+    """Every reveal_number call that lists mistakes lists at least two, none equal to another."""
+    import ast
+    from pathlib import Path
+
+    calls = 0
+    for path in sorted((Path(__file__).resolve().parent.parent / "tools" / "notebooks").glob("0*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "reveal_number":
+                listed = next((k.value for k in node.keywords if k.arg == "mistakes"), None)
+                if listed is not None:
+                    calls += 1
+                    assert isinstance(listed, ast.Dict) and len(listed.keys) >= 2, (path.name, node.lineno)
+    assert calls >= 6

@@ -118,6 +118,18 @@ def diagnose(value: float, right: float, rel: float = 0.01, unit: str = "") -> s
     return ""
 
 
+def named_mistake(value: float, right: float, mistakes: dict[str, float], rel: float = 0.0) -> str:
+    """The name of the listed mistake that ``value`` matches (within ``rel``, at least 0.1%), or "".
+
+    A question's own likely mistakes ("GPipe's peak where 1F1B's was asked") come before the unit
+    slips: they say what the learner thought, not only what unit they wrote.
+    """
+    for name, wrong in mistakes.items():
+        if wrong != right and abs(value - wrong) <= max(rel, 1e-3) * abs(wrong) + 1e-12:
+            return name
+    return ""
+
+
 def same_text(a: float, b: float, digits: int = 4) -> tuple[str, str]:
     """``a`` and ``b`` formatted with as many significant digits as it takes to tell them apart.
 

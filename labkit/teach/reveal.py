@@ -14,7 +14,7 @@ import math
 
 from labkit.errors import LabkitError
 from labkit.teach import journal
-from labkit.teach.diagnose import diagnose, same_text
+from labkit.teach.diagnose import diagnose, named_mistake, same_text
 from labkit.teach.feedback import Feedback
 from labkit.teach.predictions import NO_GUESS, PASS, answer_for_key, commit, predict, registered, state
 
@@ -99,8 +99,12 @@ def reveal(prediction: str | None, measured: dict[str, float], question: str = "
 
 
 def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB", scale: float = 1e9, *,
-                  rel_tol: float | None = None, exact: bool | None = None, key: str | None = None) -> Feedback:
+                  rel_tol: float | None = None, exact: bool | None = None, key: str | None = None,
+                  mistakes: dict[str, float] | None = None) -> Feedback:
     """Compare a committed numeric guess with the value labkit measured or computed.
+
+    ``mistakes`` names the question's likely wrong answers (in the shown unit); a wrong guess that
+    matches one is diagnosed by its name before any unit slip is looked for.
 
     ``exact`` (default: when the value is a whole number with no unit, i.e. a count)
     demands the exact value; otherwise the guess is right within ``rel_tol`` of it
@@ -140,7 +144,7 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         by = f"{100 * abs(off - 1):.0f}%" if 0.5 <= off <= 2 else f"a factor of {max(off, 1 / off):,.3g}" if off > 0 \
             else "the sign"
         verdict = f"Wrong: too {'high' if g > value else 'low'} by {by}"
-    slip = "" if ok else diagnose(g, value, unit=unit)
+    slip = "" if ok else (named_mistake(g, value, mistakes or {}, tol) or diagnose(g, value, unit=unit))
     slip = f" Likely slip: {slip}" + ("" if slip.endswith("?") else ".") if slip else ""
     note = _judged(key, g, ok, slip.strip(), truth=value, rel_tol=tol, exact=exact, unit=unit)
     return Feedback(ok, f"{verdict}: you said {shown(mine)}. {what}: {shown(theirs)} ({rule}).{slip}{note}",

@@ -136,9 +136,13 @@ runs = {"GPipe p=2 m=4": runs2[0], "1F1B p=2 m=4": runs2[1], "interleaved p=2 v=
         "GPipe p=2 m=1": runs2[3], "GPipe p=2 m=8": runs2[4], "GPipe p=4 m=8": runs4[0], "1F1B p=4 m=8": runs4[1]}
 print(report.pipeline_table(runs))
 print(checks.reveal_number(predicted_gpipe_peak, runs["GPipe p=4 m=8"].peak_microbatches[0],
-                           "GPipe, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.gpipe_peak"))
+                           "GPipe, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.gpipe_peak",
+                           mistakes={"1F1B's bound, p: GPipe runs every forward before any backward": 4,
+                                     "one at a time: GPipe keeps each forward's activations until its backward": 1}))
 print(checks.reveal_number(predicted_1f1b_peak, runs["1F1B p=4 m=8"].peak_microbatches[0],
-                           "1F1B, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.one_f_one_b_peak"))
+                           "1F1B, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.one_f_one_b_peak",
+                           mistakes={"GPipe's m: 1F1B starts a backward once p - rank forwards are in flight": 8,
+                                     "one: rank 0's first backward comes back only after p forwards": 1}))
 
 # %% [markdown]
 # GPipe keeps every micro-batch's activations until its backward: m of them. 1F1B
@@ -245,7 +249,9 @@ grid = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3, 3e-2))
 modes = {m: grid[3e-3, m] for m in pipedream.STASH_MODES}
 print(report.pipedream_table(modes))
 print(checks.reveal_number(predicted_versions_stage0, modes["pipedream"][0].max_versions,
-                           "Versions at stage 0 (measured)", "", 1.0, key="02.predict.pipedream_versions"))
+                           "Versions at stage 0 (measured)", "", 1.0, key="02.predict.pipedream_versions",
+                           mistakes={"one, as with a flush (PipeDream-Flush): without it every mini-batch in flight "
+                                     "needs its own": 1, "two, PipeDream-2BW's double buffer": 2}))
 same = [s.forward_checksums == s.backward_checksums for s in modes["pipedream"]]
 drift = [sum(f != b for f, b in zip(s.forward_checksums, s.backward_checksums, strict=True)) for s in modes["none"]]
 print("pipedream: backward used the forward's weights at every stage:", all(same))

@@ -53,9 +53,14 @@ llama = traces["Llama 3"]
 for n in sizes:
     print(f"{n:>7,} GPUs: {llama.failures_per_day(n):6.2f} failures a day, one every {llama.mtbf_hours(n):5.2f} h")
 print(checks.reveal_number(predicted_per_day_16k, llama.failures_per_day(16_384), "Per day on 16,384 GPUs", "", 1,
-                           key="06.predict.per_day_16k", rel_tol=0.5))  # an empirical rate: judged within a band
+                           key="06.predict.per_day_16k", rel_tol=0.5,  # an empirical rate: judged within a band
+                           mistakes={"the whole run's count, not a day's": llama.unexpected,
+                                     "the hours between failures, not failures a day": llama.mtbf_hours(16_384)}))
 print(checks.reveal_number(predicted_per_day_100k, llama.failures_per_day(100_000), "Per day on 100,000 GPUs", "", 1,
-                           key="06.predict.per_day_100k", rel_tol=0.5))
+                           key="06.predict.per_day_100k", rel_tol=0.5,
+                           mistakes={"the 16,384-GPU rate, not scaled to 100,000 GPUs": llama.failures_per_day(16_384),
+                                     "scaled the wrong way: more GPUs fail more often":
+                                         llama.failures_per_day(16_384) ** 2 / llama.failures_per_day(100_000)}))
 plots.failures_per_day(sizes, {name: [t.failures_per_day(n) for n in sizes] for name, t in traces.items()})
 
 # %% [markdown]
