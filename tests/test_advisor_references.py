@@ -58,3 +58,14 @@ def test_bench_prints_every_reference_set(capsys) -> None:
     for name in rs.SETS:
         assert rs.SOURCE[name] in out
     assert out.count("worst:") == len(rs.SETS)
+
+
+def test_megatron_te_hides_tensor_parallel_traffic_that_megatron_2021_exposes() -> None:
+    from labkit.advisor import costing
+    from labkit.advisor.costing import Layout
+    from labkit.shapes import model_shape
+
+    shape, lay = model_shape("gpt3-175b"), Layout(8, 8, 16, 1, 0, "full")
+    old = costing.step_times(shape, 2048, 1536, lay, costing.machine("H100-SXM", 1024, framework="megatron-2021"))
+    new = costing.step_times(shape, 2048, 1536, lay, costing.machine("H100-SXM", 1024, framework="megatron-te"))
+    assert old["tp"] > 0 and new["tp"] < old["tp"] and new["compute"] == old["compute"]

@@ -247,7 +247,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
                                    prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm)
              for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
     kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
-    tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e)
+    tp_mb = steptime.tp_seconds(shape, seq, lay, ln["tp"], e, kernels_mb if prof.overlap_tp else 0.0)
     pp_mb = steptime.pp_seconds(shape, seq, lay, ln["pp"], mc.cluster.intra_node, e, prof.p2p_sync_s)
     out = dict.fromkeys((*TIMES, "cpu", "peer_bytes", "pcie_bytes", "nvme_read", "nvme_write"), 0.0)
     out["compute"], out["tp"], out["pp"] = m * kernels_mb, m * tp_mb, m * pp_mb

@@ -17,7 +17,9 @@ prints the profile it was priced with.
   fitted on that table, ``tests/test_advisor_calibration.py``).
 * ``megatron-te``: Megatron-Core with Transformer Engine: the same fused kernels, and the
   distributed optimizer's ``--overlap-grad-reduce --overlap-param-gather`` hide data-parallel
-  traffic behind the backward and forward (Megatron-Core documentation, distributed optimizer);
+  traffic behind the backward and forward (Megatron-Core documentation, distributed optimizer), and
+  ``--tp-comm-overlap`` runs the tensor-parallel all-gathers and reduce-scatters inside the GEMMs
+  (Transformer Engine's userbuffers), so only what exceeds a micro-batch's kernels is exposed;
   NCCL's rings use every port of a node (nccl-tests issue 119).
 * ``fsdp``: PyTorch FSDP with FlashAttention (llm-foundry, torchtitan): each layer's all-gather is
   prefetched during the previous layer's compute and gradients are reduce-scattered during the
@@ -69,6 +71,7 @@ class Profile:
     gemm_efficiency: float = compute.GEMM_EFFICIENCY  # share of the dense peak the framework's GEMMs reach
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
     p2p_sync_s: float = 0.0  # seconds each pipeline exchange (one send and receive per micro-batch and chunk) waits
+    overlap_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers)
     source: str = ""
 
     @property
@@ -82,7 +85,7 @@ PROFILES = {
                              source="Narayanan et al., SC 2021; pipeline wait fitted on its Table 1, one port per "
                                     "GPU on its Table 2"),
     "megatron-te": Profile("megatron-te", "Megatron-Core + Transformer Engine", compute.KERNELS_PER_LAYER,
-                           compute.LAUNCH_S, True, True, True, p2p_sync_s=P2P_SYNC_S,
+                           compute.LAUNCH_S, True, True, True, overlap_tp=True, p2p_sync_s=P2P_SYNC_S,
                            source="Megatron-Core distributed optimizer (overlap-grad-reduce, overlap-param-gather); "
                                   "pipeline wait as megatron-2021"),
     "fsdp": Profile("fsdp", "PyTorch FSDP + FlashAttention", compute.KERNELS_PER_LAYER, compute.LAUNCH_S, True, True,

@@ -48,12 +48,14 @@ DEFAULT = PROFILES[DEFAULT_FRAMEWORK]
 TIMES = ("compute", "bubble", "tp", "pp", "dp", "optimizer", "offload")
 
 
-def tp_seconds(shape, seq: int, lay, link: Link, e: int) -> float:
-    """Exposed tensor-parallel collectives of one micro-batch on one stage."""
+def tp_seconds(shape, seq: int, lay, link: Link, e: int, hidden_behind_s: float = 0.0) -> float:
+    """Exposed tensor-parallel collectives of one micro-batch on one stage; with ``hidden_behind_s`` (the
+    micro-batch's kernels, where the framework overlaps them: ``profiles``) only what exceeds it."""
     if lay.tp == 1:
         return 0.0
     count = 4 + (2 if lay.recompute == "full" else 0)
-    return count * shape.layers / lay.pp * coll.all_reduce(e * lay.micro_batch * seq * shape.hidden, lay.tp, link)
+    comm = count * shape.layers / lay.pp * coll.all_reduce(e * lay.micro_batch * seq * shape.hidden, lay.tp, link)
+    return max(0.0, comm - hidden_behind_s) if hidden_behind_s else comm
 
 
 def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int, sync_s: float = 0.0) -> float:
