@@ -61,7 +61,7 @@ def test_every_policy_draws():
     ("link_gbps", 0.0, "host link GB/s must be a positive number"),
     ("disk_gbps", -1.0, "disk GB/s must be a positive number"),
     ("budget_gb", 0.0, "budget GB must be a positive number"),
-    ("budget_gb", 100.0, "budget GB must be at most the memory of the V100-32GB, 34.4 GB (32 GiB)"),
+    ("budget_gb", 100.0, "budget GB must be at most the memory of the V100-32GB, 34.1 GB (32 GiB)"),
     ("seq", 0, "sequence must be a positive integer"),
     ("micro_batch", -2, "micro-batch must be a positive integer"),
 ])  # fmt: skip
