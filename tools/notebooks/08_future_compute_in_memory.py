@@ -3,10 +3,11 @@
 #
 # **Why it matters.** Every notebook so far moved data to where the compute is: activations
 # out to DRAM and back, optimizer states over PCIe, weights from HBM into the cores. Moving
-# data costs more time and energy than computing on it. Five directions follow: treat HBM,
+# data costs more time and energy than computing on it. Three directions follow: treat HBM,
 # DRAM and SSD as **one hierarchy** with placement planned from the trace (data
-# orchestration); compute **near the data** (the optimizer step where its states live); and
-# compute **in the memory** itself (analog crossbars, processing-in-memory DRAM).
+# orchestration, section 1); compute **near the data** (the optimizer step where its states
+# live, section 2); and compute **in the memory** itself (analog crossbars, sections 3 and 4,
+# and processing-in-memory DRAM, section 5).
 #
 # Each direction below is an experiment: the trace is recorded from a real training step,
 # the crossbar runs the trained tiny GPT's layers, and the rest is labkit's model (predicted).
