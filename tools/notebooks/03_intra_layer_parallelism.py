@@ -8,7 +8,7 @@
 # full layer input, and each layer costs 4 all-reduces of b·s·h per micro-batch.
 # Sequence parallelism (Korthikanti et al., 2022) splits what 1D replicates. **2D**
 # (SUMMA, Optimus), **2.5D** (Tesseract) and **3D** (Bian et al.) split activations as
-# well as weights over a grid of devices, and pay in more, smaller messages.
+# well as weights over a grid of devices, and pay in more, smaller collectives.
 #
 # Everything below runs for real on local process groups (gloo on 127.0.0.1) and is
 # measured beside the formulas (predicted by labkit). The picture (predicted): one
@@ -134,7 +134,8 @@ checks.reveal_claims(predicted_keeps_fewest, {r[0]["mode"]: r[0]["activation_byt
 print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]))
 
 # %% [markdown]
-# The price is in messages: 1D sends two all-reduces per block; 2D's SUMMA sends 2q
+# The price is in collectives (the `calls` column): 1D issues two all-reduces per block in
+# forward; 2D's SUMMA issues 2q
 # broadcasts or reduces per matrix multiply, three multiplies per layer; and the grid
 # modes move blocks of the weights as well as of the activations.
 #
