@@ -13,7 +13,7 @@ def test_every_design_task_has_a_solution_on_its_panel(key):
 def test_the_check_names_what_is_missing():
     panel = design.TASKS["01"][2]().set_task(design.task("01"))
     met, reason = panel.check_design()
-    assert not met and "GiB to spare" in reason
+    assert not met and "GB to spare" in reason and "GiB" not in reason
     panel.dp.value = 16
     assert "at most 8 GPUs" in panel.check_design()[1]
     panel.set_values(**design.find_solution("01"))

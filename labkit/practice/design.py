@@ -15,8 +15,6 @@ from labkit.errors import require_choice
 from labkit.practice import design_parallel, design_storage, design_topics
 from labkit.teach.widgets import DesignTask, Panel
 
-GiB = 2**30
-
 
 def _memory_check(panel: Panel) -> tuple[bool, str]:
     est = panel.estimate
@@ -27,10 +25,10 @@ def _memory_check(panel: Panel) -> tuple[bool, str]:
     missing = [k for k, ok in wants.items() if not ok]
     if missing:
         return False, "the task asks for: " + ", ".join(missing)
-    spare = est.headroom_bytes / GiB
+    spare = est.headroom_bytes / 1e9  # GB, the panel's one unit
     if spare < 2:
-        return False, f"{spare:.1f} GiB to spare; the task asks for at least 2 GiB (room for the allocator's reserve)"
-    return True, f"{spare:.1f} GiB to spare per GPU with {panel.dp.value} GPU(s)"
+        return False, f"{spare:.1f} GB to spare; the task asks for at least 2 GB (room for the allocator's reserve)"
+    return True, f"{spare:.1f} GB to spare per GPU with {panel.dp.value} GPU(s)"
 
 
 def _memory_panel() -> Panel:
@@ -40,8 +38,8 @@ def _memory_panel() -> Panel:
 
 
 TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Panel]]] = {
-    "01": ("Train Llama-2 7B at sequence 2048 on RTX 4090s (24 GiB each): find a setting that fits with at least "
-           "2 GiB to spare on each card, using at most 8 cards.", _memory_check, _memory_panel),
+    "01": ("Train Llama-2 7B at sequence 2048 on RTX 4090s: find a setting that fits with at least 2 GB (1e9 bytes) "
+           "to spare on each card, using at most 8 cards.", _memory_check, _memory_panel),
     "02": ("GPT-3 175B on at most 1,024 A100-80GB GPUs, stages linked by ib-hdr, with a global batch of at most "
            "1,536 sequences (m x data parallel, micro-batch 1: Megatron-LM's GPT-3 example): get the simulated "
            "bubble under 10% of the step while the layout still fits in memory.", design_parallel.pipeline_check,

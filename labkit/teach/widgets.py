@@ -25,12 +25,12 @@ from labkit.teach import plots
 
 
 def verdict(est: MemoryEstimate) -> str:
-    """'fits, 12.3 GB to spare' or 'does not fit: short by 40.1 GB' (GB = 1e9 bytes; capacity also in GiB)."""
+    """'fits, 12.3 GB to spare' or 'does not fit: short by 40.1 GB': one unit, GB (1e9 bytes), throughout."""
     total = est.per_device_bytes["total"] / 1e9
     if est.peak_bytes is not None:  # one GPU's step: judged on its predicted whole-step peak
         total = est.peak_bytes / 1e9
     what = "GB per GPU" if est.peak_bytes is None else f"GB whole-step peak ({est.peak_phase})"
-    cap = f"{est.gpu} ({est.device_bytes / 1e9:.1f} GB = {est.device_bytes / 2**30:.1f} GiB)"
+    cap = f"{est.gpu} ({est.device_bytes / 1e9:.1f} GB, its true capacity)"
     if est.fits:
         return f"{total:.1f} {what}: fits on {cap}, {est.headroom_bytes / 1e9:.1f} GB to spare"
     return f"{total:.1f} {what}: does not fit on {cap}, short by {-est.headroom_bytes / 1e9:.1f} GB"

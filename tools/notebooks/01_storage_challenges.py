@@ -389,11 +389,11 @@ for micro_batch in (16, 4, 1):
 # %% [markdown]
 # ## 6 · Design: find a configuration that fits
 #
-# Pick a model, a GPU and a layout; the bar and the verdict follow (predicted).
+# Pick a model, a GPU and a layout; the bar and the verdict follow (predicted; in GB, 1e9 bytes).
 # Bad values (a data-parallel degree of 0, say) get a message, not a traceback.
 #
 # **Design task (checked):** train Llama-2 7B at sequence 2048 on RTX 4090s, with at
-# least 2 GiB to spare on each card (room for the allocator's reserve), using at most
+# least 2 GB to spare on each card (room for the allocator's reserve), using at most
 # 8 cards. No single change gets there: section 5 showed which bytes are too many, and
 # each control removes a different part of them. Press **Check my design**: it says
 # whether the goal is met, and if not, what is still missing. Then, unchecked, try
