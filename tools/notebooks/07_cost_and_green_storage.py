@@ -82,7 +82,11 @@ pj = energy.han_pj()
 print(", ".join(f"{k} {v:g} pJ" for k, v in pj.items()))
 print(checks.reveal_number(predicted_fmas, energy.dram_read_over_fma(), "FMAs per DRAM read (Han et al.)", "", 1,
                            key="07.predict.dram_read_fmas",
-                           rel_tol=0.25))  # a ratio of two published energies: right within a quarter
+                           rel_tol=0.15,  # a ratio of two published energies; the multiply alone (173) is 24% off
+                           mistakes={"the multiply alone: a multiply-add also pays for the add":
+                                     energy.han_pj()["dram_read_32bit"] / energy.han_pj()["fp32_multiply"],
+                                     "the add alone: a multiply-add also pays for the multiply":
+                                     energy.han_pj()["dram_read_32bit"] / energy.han_pj()["fp32_add"]}))
 rows = [["HBM (H100)", f"{energy.gpu_memory_j_per_bit(h100) * 1e12:.1f}"],
         ["PCIe 5", f"{energy.link_j_per_bit(hardware.link('pcie5-x16')) * 1e12:.1f}"],
         ["NVLink 4", f"{energy.link_j_per_bit(hardware.link('nvlink4')) * 1e12:.1f}"],
