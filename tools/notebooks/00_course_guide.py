@@ -71,7 +71,7 @@
 #   right" and tries. An instructor gathers a class's files with `python -m labkit.course collect DIR`.
 #
 # The exercises each notebook registers, counted from the lab itself (look-up self-checks, exercises
-# that need two results put together, and coding exercises):
+# that need two results put together, and coding exercises), and its registered predictions:
 
 # %%
 from labkit.course import guide
