@@ -45,7 +45,7 @@ TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Pa
            "bubble under 10% of the step while the layout still fits in memory.", design_parallel.pipeline_check,
            design_parallel.pipeline_panel),
     "03": ("One GPT-3 175B MLP block (h = 12288, 2048 tokens, 16-bit) on A100 servers (nvlink3 inside a server of 8, "
-           "ib-hdr between): hold it in at most 375 MB per GPU with under 5 ms of communication (forward and "
+           "ib-hdr between): hold it in at most 375 MB per GPU with under 6 ms of communication (forward and "
            "backward).", design_parallel.tensor_check, design_parallel.tensor_panel),
     "04": ("GPT-2 large (s = 1024, micro-batch 4) on a V100-32GB held to a 16 GB budget: make the iteration fit "
            "and take at most 2.5x as long as compute alone, over a host link of at most 64 GB/s (4x the V100's "

@@ -24,7 +24,7 @@ MAX_GPUS = 1024
 MAX_BATCH = 1536  # sequences: Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh, --global-batch-size
 MAX_BUBBLE = 0.10
 TP_MAX_MB = 375  # MB (1e6 B) per GPU for one MLP block, as the panel prints it
-TP_MAX_MS = 5.0
+TP_MAX_MS = 6.0  # ms: 3D inside one server takes 5.3 ms at NCCL bus bandwidth; 1D over 16 GPUs 9.0 ms
 
 
 def _fixed(wants: dict[str, bool]) -> list[str]:
@@ -66,7 +66,7 @@ def pipeline_panel() -> Panel:
 
 
 def tensor_check(panel: Panel) -> tuple[bool, str]:
-    """Task 03: one GPT-3 MLP block on A100 servers in at most 375 MB per GPU, with communication under 5 ms."""
+    """Task 03: one GPT-3 MLP block on A100 servers in at most 375 MB per GPU, with communication under 6 ms."""
     from labkit import hardware
     from labkit.intra_layer import placement
 

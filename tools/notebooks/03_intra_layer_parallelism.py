@@ -199,7 +199,7 @@ for bad in (lambda: costs.check("2d", 8, 64, 64, 256), lambda: costs.check("3d",
 #
 # **Design task (checked):** keep one GPT-3 175B MLP block (h = 12,288, 2,048 tokens,
 # 16-bit) on A100 servers (`nvlink3` inside a server of 8 GPUs, `ib-hdr` between) in at
-# most 375 MB (375e6 B) per GPU, with under 5 ms of communication for its forward and backward.
+# most 375 MB (375e6 B) per GPU, with under 6 ms of communication for its forward and backward.
 # Two results of this notebook decide it: what each mode keeps whole on every device
 # (section 4) and what happens to a group larger than 8 GPUs (section 5). Press **Check
 # my design**: it says whether the goal is met, and if not, what is still missing.
