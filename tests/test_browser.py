@@ -192,6 +192,10 @@ def _answer(page: object, index: int, source: str) -> str:
     return page.evaluate(JS_CELL_OUTPUT, index)["text"]
 
 
+# A fresh kernel on the student copy: the notebook's first cell registers 01's exercises; the added cell does too.
+PRELUDE = "from labkit.storage import exercises  # noqa: F401\nfrom labkit.teach import checks\n"
+
+
 @pytest.mark.parametrize("name", [n for n in NOTEBOOKS if n.startswith("01")][:1])
 def test_an_exercise_answered_in_the_page_shows_its_feedback(page: object, name: str) -> None:
     """A learner's own cell at the end of the student copy: unanswered, then wrong (one hint step), then right.
@@ -203,16 +207,16 @@ def test_an_exercise_answered_in_the_page_shows_its_feedback(page: object, name:
     try:
         page.evaluate(JS_OPEN, name)
         cell = page.evaluate(JS_ADD_CELL, "from labkit.teach import checks")
-        shown = _answer(page, cell, f'from labkit.teach import checks\nchecks.check("{EXERCISE}", None)')
+        shown = _answer(page, cell, PRELUDE + f'checks.check("{EXERCISE}", None)')
         assert shown.startswith("Not answered yet."), shown
         assert "Hint" not in shown, f"a hint before any try: {shown!r}"
 
-        shown = _answer(page, cell, f'from labkit.teach import checks\nchecks.check("{EXERCISE}", 1)')
+        shown = _answer(page, cell, PRELUDE + f'checks.check("{EXERCISE}", 1)')
         assert shown.startswith("Not quite: 1 is too low."), shown
         assert "Hint 1:" in shown and "Hint 2:" not in shown, f"one hint step after one wrong try: {shown!r}"
         assert "Worked answer" not in shown, f"the answer given away after one try: {shown!r}"
 
-        shown = _answer(page, cell, f'from labkit.teach import checks\nchecks.check("{EXERCISE}", 2)')
+        shown = _answer(page, cell, PRELUDE + f'checks.check("{EXERCISE}", 2)')
         assert shown.startswith("Right: 2."), shown
         assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
     finally:
