@@ -285,10 +285,11 @@ def main_under_torchrun(fn: Callable[..., Any], **kwargs: Any) -> Any:
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
         result = fn(rank, world, **kwargs)
+        if rank == 0:
+            print(json.dumps(result, default=str), flush=True)
+        dist.barrier()  # no rank tears gloo down while a peer still talks to it (SIGABRT, ~1 run in 25)
     finally:
         dist.destroy_process_group()
-    if rank == 0:
-        print(json.dumps(result, default=str))
     return result
 
 
