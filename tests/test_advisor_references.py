@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from labkit.advisor import reference_sets as rs
-from labkit.advisor.profiles import FRAMEWORKS, profile
 from labkit.errors import LabkitError
+from labkit.predict.profiles import FRAMEWORKS, profile
 
 
 @pytest.mark.parametrize("name", rs.SETS)

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from labkit import hardware
-from labkit.advisor.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile, profile
 from labkit.economics import grid
 from labkit.errors import LabkitError, require_positive
 from labkit.hardware import Cluster, Host, Link, Tier
+from labkit.predict.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile, profile
 
 DEFAULT_HEADROOM = 0.10
 

@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 
 from labkit import hardware
 from labkit.advisor import flow, search
-from labkit.advisor.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS, profile
 from labkit.advisor.report import plans_table
 from labkit.errors import LabkitError
+from labkit.predict.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS, profile
 from labkit.shapes import model_names, model_shape
 from labkit.teach.widgets import Panel, fit_html
 

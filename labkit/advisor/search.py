@@ -33,12 +33,12 @@ from labkit import hardware
 from labkit.advisor import costing, footprint, pricing
 from labkit.advisor.costing import GOALS, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
-from labkit.advisor.profiles import DEFAULT_FRAMEWORK
 from labkit.advisor.rules import FIT_RULES, layout_problem, memory_problems, option_problem, shortfall
 from labkit.errors import LabkitError, divisors, require_choice, require_limit, require_positive
 from labkit.hardware import GB
 from labkit.predict import attention as attn
 from labkit.predict.estimate import RECOMPUTE
+from labkit.predict.profiles import DEFAULT_FRAMEWORK
 from labkit.shapes import ModelShape, model_shape
 
 MICRO_BATCHES = (1, 2, 4, 8)

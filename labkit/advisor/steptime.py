@@ -37,11 +37,11 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
 
 from __future__ import annotations
 
-from labkit.advisor.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile
 from labkit.hardware import Link, transfer_time
 from labkit.predict import collectives as coll
 from labkit.predict import compute
 from labkit.predict.estimate import PRECISIONS
+from labkit.predict.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile
 
 ADAM_BYTES = {32: 4 * 2 + 4 * 2 + 4 * 2, 8: 4 * 2 + 1 * 2 + 1 * 2}  # master, m, v read and written (8-bit: m, v)
 DEFAULT = PROFILES[DEFAULT_FRAMEWORK]

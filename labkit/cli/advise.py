@@ -19,11 +19,11 @@ import json
 from dataclasses import replace
 
 from labkit.advisor import stages
-from labkit.advisor.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.cli.common import parse_int
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, divisors, require_choice
 from labkit.predict.attention import attention_kind
+from labkit.predict.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.shapes import ModelShape
 
 LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")

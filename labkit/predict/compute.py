@@ -95,7 +95,7 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
                 gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "") -> LayerTimes:
     """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
     ``launch_s`` (the layer's launch and dispatch seconds) and ``gemm_efficiency`` (the share of the dense
-    peak its GEMMs reach) are a framework's (``labkit.advisor.profiles``); ``gemm_dtype`` the GEMMs' rate (fp8,
+    peak its GEMMs reach) are a framework's (``labkit.predict.profiles``); ``gemm_dtype`` the GEMMs' rate (fp8,
     tf32; default ``dtype``), with 1-byte operands at fp8."""
     g, gd = gemm_efficiency, gemm_dtype or dtype
     ge = 1 if gd == "fp8" else (4 if dtype == "fp32" else 2)
