@@ -6,9 +6,14 @@ first ones in a notebook). The scan reads every line above the commit cell, pros
 breaks and emphasis taken out, so a phrase split over two lines is still found.
 """
 
+import ast
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from build_notebooks import parse  # noqa: E402
 
 SOURCES = Path(__file__).resolve().parent.parent / "tools" / "notebooks"
 
@@ -45,3 +50,47 @@ def test_the_scan_finds_an_answer_where_there_is_one():
     """The scan is not vacuous: the phrases do occur below their questions, where the answer is revealed."""
     lines = "\n".join(_source("06")).lower()
     assert "per day on 16,384" in lines or "a day on 16,384" in lines or "failures a day" in lines
+
+
+def _shows(node: ast.stmt) -> bool:
+    """Whether a statement puts something on screen: a bare expression (a call, a panel), or a print anywhere in it."""
+    if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
+        return True
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("print", "display")
+               for n in ast.walk(node))
+
+
+def _reveals(node: ast.stmt) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr.startswith("reveal") for n in ast.walk(node))
+
+
+def shown_before_reveal(code: str) -> list[str]:
+    """The statements of one code cell that show output above the cell's first reveal (none when it has none).
+
+    Run All with no guess runs the reveal cell whole: anything it prints above the refusal is the
+    answer on screen before the question is judged, so the measurement belongs in the cell below.
+    """
+    tree = ast.parse("\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    first = next((i for i, node in enumerate(tree.body) if _reveals(node)), None)
+    if first is None:
+        return []
+    return [ast.unparse(node).splitlines()[0] for node in tree.body[:first] if _shows(node)]
+
+
+def _reveal_cells(notebook: Path) -> list[tuple[int, str]]:
+    nb = parse(notebook.read_text(), notebook.stem)
+    return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code" and "reveal" in c.source]
+
+
+@pytest.mark.parametrize("notebook", sorted(SOURCES.glob("0*.py")), ids=lambda p: p.name[:2])
+def test_no_reveal_cell_prints_above_its_reveal(notebook):
+    bad = [f"cell {i}: {line}" for i, code in _reveal_cells(notebook) for line in shown_before_reveal(code)]
+    assert not bad, f"{notebook.name}: printed above the reveal in its own cell (move it to the cell below): {bad}"
+
+
+def test_the_cell_scan_catches_a_print_above_the_reveal():
+    """The check can fail: a table printed (directly or in a loop) or a bare expression above the reveal is caught."""
+    leaky = "m = f()\nfor k in m:\n    print(k)\nprint(checks.reveal_number(g, m, 'x', key='k'))\nprint(m)\n"
+    assert shown_before_reveal(leaky) == ["for k in m:"]
+    assert shown_before_reveal("table\nchecks.reveal(p, m, key='k')") == ["table"]
+    assert shown_before_reveal("m = f()\nassert m\nprint(checks.reveal(p, m, key='k'))\nprint(m)") == []

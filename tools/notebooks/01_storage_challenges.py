@@ -123,9 +123,11 @@ plots.loss_curve({"tiny GPT, fp32": losses})
 step = measure_step(trainer)
 measured = {"parameters": step.parameters, "gradients": step.gradients,
             "optimizer": step.optimizer, "activations": step.activations}
+checks.reveal(prediction, measured, key="01.predict.largest_category")
+
+# %%
 for name, nbytes in measured.items():
     print(f"{name:12} {nbytes:>12,} bytes (measured)")
-checks.reveal(prediction, measured, key="01.predict.largest_category")
 
 # %% [markdown]
 # Over the step, memory rises and falls. torch's own `MemTracker` follows every
@@ -309,13 +311,15 @@ cases = {
                                             zero_stage=3, dp=8),
 }
 scaled = {k: estimate_memory(v, h100.memory_bytes, h100.name) for k, v in cases.items()}
-print(f"on {h100.name}: true capacity {h100.memory_bytes / 2**30:.1f} GiB = {h100.memory_bytes / 1e9:.1f} GB "
-      f"(sold as {h100.memory_nominal_bytes / 1e9:.0f} GB); table in GB = 1e9 B, predicted")
-print(tables.estimate_table(scaled))
 checks.reveal_claims(activations_more_than_half,
                      {"gpt2": scaled["GPT-2, b=8, s=1024"].activation_share > 0.5,
                       "gpt3 on one GPU": scaled["GPT-3 175B on one GPU"].activation_share > 0.5},
                      key="01.predict.activations_over_half")
+
+# %%
+print(f"on {h100.name}: true capacity {h100.memory_bytes / 2**30:.1f} GiB = {h100.memory_bytes / 1e9:.1f} GB "
+      f"(sold as {h100.memory_nominal_bytes / 1e9:.0f} GB); table in GB = 1e9 B, predicted")
+print(tables.estimate_table(scaled))
 
 # %% [markdown]
 # Activations dominate when the model states are small or sharded (GPT-2, GPT-3
@@ -350,16 +354,18 @@ predicted_gb_7b = None  # your guess, in GB (1e9 bytes)
 
 # %%
 rtx = hardware.gpu("RTX-4090")
-print(f"{rtx.name}: true capacity {rtx.memory_bytes / 2**30:.1f} GiB = {rtx.memory_bytes / 1e9:.1f} GB "
-      f"(sold as {rtx.memory_nominal_bytes / 1e9:.0f} GB)")
 wish = estimate_memory(TrainingSetup(model_shape("llama2-7b"), micro_batch=1, seq=2048, recompute="full",
                                      attention="fused"), rtx.memory_bytes, rtx.name)
-print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
 states = wish.per_device_bytes["total"] - wish.per_device_bytes["activations"]
-print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the model states alone are {states / 1e9:.0f} GB, "
-      f"{states / rtx.memory_bytes:.1f} times the card")
 checks.reveal_number(predicted_gb_7b, wish.per_device_bytes["total"], "Llama-2 7B needs (predicted)",
                      key="01.predict.llama7b_gb")
+
+# %%
+print(f"{rtx.name}: true capacity {rtx.memory_bytes / 2**30:.1f} GiB = {rtx.memory_bytes / 1e9:.1f} GB "
+      f"(sold as {rtx.memory_nominal_bytes / 1e9:.0f} GB)")
+print(tables.estimate_table({"Llama-2 7B on RTX 4090": wish}))
+print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the model states alone are {states / 1e9:.0f} GB, "
+      f"{states / rtx.memory_bytes:.1f} times the card")
 
 # %% [markdown]
 # The same failure at micro scale, measured. For the analogy to hold, the tiny GPT's

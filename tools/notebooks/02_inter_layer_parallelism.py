@@ -83,12 +83,14 @@ print(report.zero_table(results))
 # %%
 assert report.worst_zero_error(results) == 0 and report.worst_zero_error(results4) == 0
 share = sum(results4["zero3"][0].held.values()) / sum(results["ddp"][0].held.values())
-print(f"zero3 on 4 ranks keeps {share:.2f} of DDP's bytes per rank (measured)")
 print(checks.reveal_number(predicted_share_stage3, share, "Share of DDP's bytes per rank under zero3, 4 ranks",
                            "", 1.0, key="02.predict.zero3_share"))
 extra = zero.volume(results["zero3"][0].steady) / zero.volume(results["ddp"][0].steady)
 print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0,
                            key="02.predict.zero3_traffic"))
+
+# %%
+print(f"zero3 on 4 ranks keeps {share:.2f} of DDP's bytes per rank (measured)")
 
 # %% [markdown]
 # Two things the paper does not say, measured here:
@@ -134,7 +136,6 @@ runs2 = pipeline.run_pipelines(2, [pipeline.PipelineConfig("gpipe", 4), pipeline
 runs4 = pipeline.run_pipelines(4, [pipeline.PipelineConfig("gpipe", 8), pipeline.PipelineConfig("1f1b", 8)])
 runs = {"GPipe p=2 m=4": runs2[0], "1F1B p=2 m=4": runs2[1], "interleaved p=2 v=2 m=4": runs2[2],
         "GPipe p=2 m=1": runs2[3], "GPipe p=2 m=8": runs2[4], "GPipe p=4 m=8": runs4[0], "1F1B p=4 m=8": runs4[1]}
-print(report.pipeline_table(runs))
 print(checks.reveal_number(predicted_gpipe_peak, runs["GPipe p=4 m=8"].peak_microbatches[0],
                            "GPipe, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.gpipe_peak",
                            mistakes={"1F1B's bound, p: GPipe runs every forward before any backward": 4,
@@ -143,6 +144,9 @@ print(checks.reveal_number(predicted_1f1b_peak, runs["1F1B p=4 m=8"].peak_microb
                            "1F1B, rank 0 (measured)", "micro-batches", 1.0, key="02.predict.one_f_one_b_peak",
                            mistakes={"GPipe's m: 1F1B starts a backward once p - rank forwards are in flight": 8,
                                      "one: rank 0's first backward comes back only after p forwards": 1}))
+
+# %%
+print(report.pipeline_table(runs))
 
 # %% [markdown]
 # GPipe keeps every micro-batch's activations until its backward: m of them. 1F1B
@@ -247,13 +251,15 @@ predicted_versions_stage0 = None
 # %%
 grid = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3, 3e-2))
 modes = {m: grid[3e-3, m] for m in pipedream.STASH_MODES}
-print(report.pipedream_table(modes))
 print(checks.reveal_number(predicted_versions_stage0, modes["pipedream"][0].max_versions,
                            "Versions at stage 0 (measured)", "", 1.0, key="02.predict.pipedream_versions",
                            mistakes={"one, as with a flush (PipeDream-Flush): without it every mini-batch in flight "
                                      "needs its own": 1, "two, PipeDream-2BW's double buffer": 2}))
 same = [s.forward_checksums == s.backward_checksums for s in modes["pipedream"]]
 drift = [sum(f != b for f, b in zip(s.forward_checksums, s.backward_checksums, strict=True)) for s in modes["none"]]
+
+# %%
+print(report.pipedream_table(modes))
 print("pipedream: backward used the forward's weights at every stage:", all(same))
 print("no stashing: mini-batches whose backward saw other weights, per stage:", drift)
 

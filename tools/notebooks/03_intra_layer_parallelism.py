@@ -104,18 +104,20 @@ predicted_keeps_fewest = {"1d": None, "2.5d": None, "3d": None}  # "yes" or "no"
 # %%
 runs4 = multidim.run_modes(4, [{"mode": "1d"}, {"mode": "2d"}])
 runs8 = multidim.run_modes(8, [{"mode": "1d"}, {"mode": "2.5d", "depth": 2}, {"mode": "3d"}])
-print(report.multidim_table(runs4 + runs8))
 assert report.worst_multidim_error(runs4 + runs8) == 0
 assert all(err < 1e-5 for ranks in runs4 + runs8 for err in multidim.max_error(ranks).values())
-print("every mode's Y, dX, dW and db equal the unsplit computation within 1e-5 (absolute)")
 block = runs8[0][0]
 one_device = costs.single_device(block["block"], block["batch"], block["hidden"], block["ffn"]).activation_bytes
-print("activation bytes per device on 8 devices (measured):",
-      ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,} B" for r in runs8),
-      f"of the block's {one_device:,} B on one device (predicted)")
 fewest = min(r[0]["activation_bytes"] for r in runs8)
 checks.reveal_claims(predicted_keeps_fewest, {r[0]["mode"]: r[0]["activation_bytes"] == fewest for r in runs8},
                      key="03.predict.keeps_fewest")
+
+# %%
+print(report.multidim_table(runs4 + runs8))
+print("every mode's Y, dX, dW and db equal the unsplit computation within 1e-5 (absolute)")
+print("activation bytes per device on 8 devices (measured):",
+      ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,} B" for r in runs8),
+      f"of the block's {one_device:,} B on one device (predicted)")
 
 # %% [markdown]
 # All byte columns above are bytes (B) per device for the whole MLP block, fp32. 2.5D

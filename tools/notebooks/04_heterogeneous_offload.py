@@ -76,11 +76,13 @@ predicted_repeats = None  # True or False (or "yes" / "no")
 
 # %%
 traces = trace_iterations(Trainer(config), steps=3)
-print(f"{len(traces[0].entries)} saved tensors per iteration, {traces[0].total_bytes:,} bytes; "
-      f"identical in all 3 iterations: {repeats(traces)} (measured)")
 print(checks.reveal_claims({"the same sequence in iterations 2 and 3": predicted_repeats},
                            {"the same sequence in iterations 2 and 3": repeats(traces)},
                            key="04.predict.same_sequence"))
+
+# %%
+print(f"{len(traces[0].entries)} saved tensors per iteration, {traces[0].total_bytes:,} bytes; "
+      f"identical in all 3 iterations: {repeats(traces)} (measured)")
 for e in traces[0].entries[:6]:
     print(f"  #{e.index:<3} {e.module:28} {str(tuple(e.shape)):18} {e.nbytes:>10,} B  kept for {e.lifetime} events")
 
@@ -103,18 +105,21 @@ for store in ("dram", "disk"):
     with Offloader(run.model, store, policy=OffloadPolicy("all"), trace=trace, capacity=capacity) as off:
         loss = offloaded_step(run, off)
     results[store] = (off, run, loss)
-    print(f"{store}: peak within the {capacity:,} B capacity: {off.peak <= capacity}; offloaded "
-          f"{off.stats.bytes_offloaded:,} B (= the trace's {trace.total_bytes:,} B)")
 plain = Trainer(config)
 plain_loss = plain.step()
-print(f"losses: plain {plain_loss:.4f}, dram {results['dram'][2]:.4f}, disk {results['disk'][2]:.4f}")
 assert all(parameters_equal(plain.model, r[1].model) for r in results.values())
-print("parameters after the step are bit-identical to the plain run's, with DRAM and with disk offload")
 print(checks.reveal_claims({"the step fits": predicted_fits, "the parameters change": predicted_changes},
                            {"the step fits": all(r[0].peak <= capacity for r in results.values()),
                             "the parameters change": not all(parameters_equal(plain.model, r[1].model)
                                                              for r in results.values())},
                            key="04.predict.fits_and_changes"))
+
+# %%
+for store, (off_store, _run, _loss) in results.items():
+    print(f"{store}: peak within the {capacity:,} B capacity: {off_store.peak <= capacity}; offloaded "
+          f"{off_store.stats.bytes_offloaded:,} B (= the trace's {trace.total_bytes:,} B)")
+print(f"losses: plain {plain_loss:.4f}, dram {results['dram'][2]:.4f}, disk {results['disk'][2]:.4f}")
+print("parameters after the step are bit-identical to the plain run's, with DRAM and with disk offload")
 
 # %% [markdown]
 # What it cost (timing on this CPU, so not checked): the peak (it depends on how far ahead
@@ -176,16 +181,20 @@ from labkit.offload.vdnn import predict_vdnn, stall_seconds
 from labkit.predict.estimate import activation_bytes_per_layer, forward_flops
 
 llama = model_shape("llama2-7b")
-stalls = {}
+stalls, vdnn_runs = {}, {}
 for b in (1, 4):
     per_layer = activation_bytes_per_layer(llama, 4096, b, attention="fused")
     flops = (forward_flops(llama, 4096, b) - 2 * 4096 * b * llama.hidden * llama.vocab) / llama.layers
     tl = predict_vdnn(per_layer, flops, llama.layers, gpu="A100-80GB")
     stalls[b] = stall_seconds(tl)
-    print(f"b={b}: {per_layer / 1e9:.2f} GB per layer over {hardware.link('pcie4-x16').name}; step "
-          f"{tl.makespan:.2f} s of which {stall_seconds(tl):.2f} s waiting for copies (predicted)")
+    vdnn_runs[b] = (per_layer, tl)
 print(checks.reveal_claims({"the A100 waits for PCIe at micro-batch 1": predicted_stall},
                            {"the A100 waits for PCIe at micro-batch 1": stalls[1] > 0}, key="04.predict.pcie_stall"))
+
+# %%
+for b, (layer_bytes, timeline) in vdnn_runs.items():
+    print(f"b={b}: {layer_bytes / 1e9:.2f} GB per layer over {hardware.link('pcie4-x16').name}; step "
+          f"{timeline.makespan:.2f} s of which {stall_seconds(timeline):.2f} s waiting for copies (predicted)")
 plots.gantt(tl, title="vDNN, Llama-2 7B, b=4, A100 over PCIe 4 (predicted)")
 
 # %% [markdown]
@@ -213,6 +222,12 @@ predicted_search_overhead = None  # per cent
 gpt2m = model_shape("gpt2-medium")
 points = swap_sweep.sweep(gpt2m, 1024, 4, "RTX-4090")
 n_seeds = len(points[0].ga)
+at_15 = next(p for p in points if p.ratio == 1.5)
+print(checks.reveal_number(predicted_search_overhead, 100 * at_15.ga_median,
+                           "Search's median slowdown at r = 1.5 (predicted)", "%", 1, key="04.predict.search_overhead"))
+ratios = [p.ratio for p in points]
+
+# %%
 print(f"slowdown over compute alone (predicted); search: best / median / worst of {n_seeds} seeds")
 for p in points:
     print(f"r = {p.ratio:4.2f} (budget {p.capacity_bytes / 1e9:5.2f} GB): search {100 * min(p.ga):5.1f} / "
@@ -222,10 +237,6 @@ for p in points[1::2]:
     print(f"r = {p.ratio:4.2f}: ops swapped (of {gpt2m.layers} attention and {gpt2m.layers} MLP ops): greedy "
           f"{p.greedy_swaps['attn']} attention + {p.greedy_swaps['mlp']} MLP; search, seed by seed: "
           + ", ".join(f"{g['attn']} + {g['mlp']}" for g in p.ga_swaps))
-at_15 = next(p for p in points if p.ratio == 1.5)
-print(checks.reveal_number(predicted_search_overhead, 100 * at_15.ga_median,
-                           "Search's median slowdown at r = 1.5 (predicted)", "%", 1, key="04.predict.search_overhead"))
-ratios = [p.ratio for p in points]
 plots.line({"search, best seed": [100 * min(p.ga) for p in points],
             "search, median": [100 * p.ga_median for p in points],
             "search, worst seed": [100 * max(p.ga) for p in points],
@@ -263,8 +274,6 @@ predicted_bytes_per_param = None
 # %%
 run = zero_offload.run_zero_offload(TrainConfig(model=config.model, precision="bf16-mixed", batch_size=8), 3)
 moved = run.bytes_down[-1] + run.bytes_up[-1]
-print(f"Psi = {run.params:,}; per step {run.bytes_down[-1]:,} B down + {run.bytes_up[-1]:,} B up "
-      f"(measured) = {moved / run.params:.0f} bytes per parameter; predicted {run.predicted_bytes_per_step:,} B")
 assert moved == run.predicted_bytes_per_step
 print(checks.reveal_number(predicted_bytes_per_param, moved / run.params, "Bytes per parameter (measured)", "", 1,
                            key="04.predict.bytes_per_param",
@@ -273,6 +282,10 @@ print(checks.reveal_number(predicted_bytes_per_param, moved / run.params, "Bytes
                                      "all 16 bytes of model states crossing": 16}))
 reference = Trainer(TrainConfig(model=config.model, precision="bf16-mixed", batch_size=8))
 assert reference.run(3) == run.losses
+
+# %%
+print(f"Psi = {run.params:,}; per step {run.bytes_down[-1]:,} B down + {run.bytes_up[-1]:,} B up "
+      f"(measured) = {moved / run.params:.0f} bytes per parameter; predicted {run.predicted_bytes_per_step:,} B")
 print("losses equal plain mixed-precision training bit for bit (same math, another place)")
 
 # %%
@@ -366,13 +379,15 @@ predicted_batch_ratio = None
 
 # %%
 fn = flashneuron.compare(gpt2m, 1024)
+print(checks.reveal_number(predicted_batch_ratio, fn.batch_ratio, "Batch ratio under the rule (predicted)", "x", 1,
+                           key="04.predict.batch_ratio"))
+h = flashneuron.hiding(gpt2m, 1024, fn.batch_no_offload)
+
+# %%
 print(f"FlashNeuron's rule (slack {fn.slack:.0%}), GPT-2 medium on a {fn.capacity_gb * 1e9 / 2**30:.0f} GiB V100 "
       f"with one NVMe SSD: "
       f"batch {fn.batch_no_offload} without offload, {fn.batch_offload} with it ({fn.batch_ratio:.1f}x), "
       f"{100 * fn.overhead:.0f}% slower (predicted)")
-print(checks.reveal_number(predicted_batch_ratio, fn.batch_ratio, "Batch ratio under the rule (predicted)", "x", 1,
-                           key="04.predict.batch_ratio"))
-h = flashneuron.hiding(gpt2m, 1024, fn.batch_no_offload)
 print(f"why: at batch {fn.batch_no_offload} the layers compute {1e3 * h.compute_fwd_s:.0f} ms forward and "
       f"{1e3 * h.compute_bwd_s:.0f} ms backward and save {h.act_bytes / 1e9:.1f} GB; at {h.write_bps / 1e9:.1f} GB/s "
       f"out and {h.read_bps / 1e9:.1f} GB/s back, {100 * h.share:.1f}% of it can move behind that compute. "

@@ -53,10 +53,12 @@ predicted_weight_ratio = None  # e.g. 2.0
 # %%
 data = compress.samples()
 rows = compress.compression_table(data)
-print(compress.ratio_text(rows))
 weights = next(r for r in rows if r.kind == "weights" and r.dtype == "fp32")
 print(checks.reveal_number(predicted_weight_ratio, weights.zstd3, "zstd-3 on fp32 weights (measured)", "", 1,
                            key="05.predict.zstd_ratio"))
+
+# %%
+print(compress.ratio_text(rows))
 
 # %% [markdown]
 # Read the table column by column. **H** is the order-0 entropy of the byte stream in bits
@@ -106,13 +108,15 @@ predicted_full_share = None  # per cent
 micro = TrainConfig(model=GPTConfig(vocab_size=35, n_layer=4, n_head=2, d_model=32, seq_len=16), batch_size=2,
                     threads=1)
 plans = recompute.compare_plans(micro)
-print(recompute.recompute_table(plans))
 none, full = plans[0], plans[1]
 assert all(r.measured_bytes == r.predicted_bytes and r.grads_identical for r in plans)
 assert all(r.extra_flops == r.predicted_extra_flops for r in plans)
 print(checks.reveal_number(predicted_full_share, 100 * full.per_layer[0] / none.per_layer[0],
                            "Share of a layer's activations kept under full recompute (measured)", "%", 1,
                            key="05.predict.full_recompute_share"))
+
+# %%
+print(recompute.recompute_table(plans))
 
 # %% [markdown]
 # (`sqrt` keeps only the inputs of its two segments after forward, fewer bytes than `full`,
@@ -208,6 +212,7 @@ predicted_mixed_bytes = None
 
 # %%
 cfg = precision.micro_model()
+precision_rows = []
 for name in precision.PRECISIONS:
     run = precision.precision_trainer(name, cfg)
     run.step()
@@ -215,10 +220,14 @@ for name in precision.PRECISIONS:
     comparison = precision.precision_comparison(measured, cfg, 4, name)
     assert comparison.worst_error == 0
     per_param = measured.model_states / sum(p.numel() for p in run.model.parameters())
-    print(f"{name:14} model states {per_param:.0f} B/param; activations per layer "
-          f"{measured.activations_per_layer()[0]:,} B (measured = predicted)")
+    precision_rows.append((name, per_param, measured.activations_per_layer()[0]))
 print(checks.reveal_number(predicted_mixed_bytes, per_param, "Bytes per parameter, fp16-mixed (measured)", "", 1,
                            key="05.predict.mixed_bytes"))
+
+# %%
+for name_i, per_param_i, act_i in precision_rows:
+    print(f"{name_i:14} model states {per_param_i:.0f} B/param; activations per layer {act_i:,} B "
+          "(measured = predicted)")
 
 # %% [markdown]
 # Mixed precision saves **no** model-state memory with Adam: 2 + 2 + 12 = 16 bytes, the
@@ -258,12 +267,14 @@ predicted_flushed = None  # per cent
 
 # %%
 under = precision.gradient_underflow(scales=(1.0, 2.0**8, 2.0**16, 2.0**32))
+print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
+                           "Flushed without scaling (measured)", "%", 1, key="05.predict.flushed_share"))
+
+# %%
 for u in under:
     print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: "
           f"{100 * u.flushed_fraction:6.3f}% of {u.elements:,} gradient elements flushed to zero, "
           f"{u.overflowed} overflowed to inf/NaN")
-print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
-                           "Flushed without scaling (measured)", "%", 1, key="05.predict.flushed_share"))
 
 # %% [markdown]
 # Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.
@@ -298,9 +309,6 @@ steps = 100
 trained, fp32_run = optim8bit.train_with(qcfg, steps, "fp32")
 opt_runs = optim8bit.OptimizerComparison(steps, (fp32_run, *(optim8bit.train_with(qcfg, steps, m)[1]
                                                              for m in quantize.MAPS)))
-print(text_table(["optimizer", "state B (measured)", "predicted B", "bytes/param", "final loss", "eval loss"],
-                 [[r.name, f"{r.state_bytes:,}", f"{r.predicted_bytes:,}", f"{r.bytes_per_param:.3f}",
-                   f"{r.final_loss:.4f}", f"{r.eval_loss:.4f}"] for r in opt_runs.runs]))
 assert all(r.state_bytes == r.predicted_bytes for r in opt_runs.runs)
 eight = opt_runs.run("8-bit AdamW (dynamic)")
 print(checks.reveal_number(predicted_state_bytes, eight.bytes_per_param, "Bytes per parameter, 8-bit (measured)",
@@ -308,6 +316,11 @@ print(checks.reveal_number(predicted_state_bytes, eight.bytes_per_param, "Bytes 
 print(checks.reveal_claims({"trains as well": predicted_trains_as_well},
                            {"trains as well": abs(eight.eval_loss - fp32_run.eval_loss) < 0.05},
                            key="05.predict.trains_as_well"))
+
+# %%
+print(text_table(["optimizer", "state B (measured)", "predicted B", "bytes/param", "final loss", "eval loss"],
+                 [[r.name, f"{r.state_bytes:,}", f"{r.predicted_bytes:,}", f"{r.bytes_per_param:.3f}",
+                   f"{r.final_loss:.4f}", f"{r.eval_loss:.4f}"] for r in opt_runs.runs]))
 
 # %% [markdown]
 # The *dynamic* code book is what makes it work. With a **linear** 8-bit grid (the same
@@ -351,17 +364,19 @@ predicted_fit_full = None  # True or False
 # %%
 from labkit import hardware
 
-print(f"RTX-4090: {design.capacity_text(hardware.gpu('RTX-4090'))}; extra compute of selective: the core's "
-      "whole forward (Korthikanti's count)")
 xl = {m: design.evaluate("gpt2-xl", "RTX-4090", 1, 1024, recompute=m) for m in design.RECOMPUTE_MODES}
-for mode, d in xl.items():
-    print(f"{mode:10} {d.total_bytes / 1e9:5.1f} GB, extra compute {100 * d.extra_compute:4.1f}%: "
-          f"{'fits' if d.fits else 'does not fit'}")
-print(xl["none"].reason)
 print(checks.reveal_claims({"fits, no recompute": predicted_fit_none, "fits, full recompute": predicted_fit_full},
                            {"fits, no recompute": xl["none"].fits, "fits, full recompute": xl["full"].fits},
                            key="05.predict.fits_xl"))
 cheapest = design.cheapest_fit("gpt2-xl", "RTX-4090", 1, 1024)
+
+# %%
+print(f"RTX-4090: {design.capacity_text(hardware.gpu('RTX-4090'))}; extra compute of selective: the core's "
+      "whole forward (Korthikanti's count)")
+for mode, d in xl.items():
+    print(f"{mode:10} {d.total_bytes / 1e9:5.1f} GB, extra compute {100 * d.extra_compute:4.1f}%: "
+          f"{'fits' if d.fits else 'does not fit'}")
+print(xl["none"].reason)
 print(f"cheapest change that fits: {cheapest.label}: {cheapest.total_bytes / 1e9:.1f} GB, "
       f"+{100 * cheapest.extra_compute:.1f}% compute")
 

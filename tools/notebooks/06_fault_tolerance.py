@@ -44,14 +44,7 @@ predicted_per_day_100k = None
 # %%
 traces = {t.name: t for t in failure_traces()}
 sizes = (1_024, 4_096, 16_384, 100_000)
-for t in traces.values():
-    print(f"{t.name}: {t.unexpected} unexpected interruptions in {t.days:g} days on {t.gpus:,} {t.gpu} "
-          f"= {t.rate_per_gpu_day * 1e3:.3f} per 1,000 GPU-days ({t.source})")
-    if t.note:
-        print(f"    reconstructed by this lab, not a count the source prints: {t.note}")
 llama = traces["Llama 3"]
-for n in sizes:
-    print(f"{n:>7,} GPUs: {llama.failures_per_day(n):6.2f} failures a day, one every {llama.mtbf_hours(n):5.2f} h")
 print(checks.reveal_number(predicted_per_day_16k, llama.failures_per_day(16_384), "Per day on 16,384 GPUs", "", 1,
                            key="06.predict.per_day_16k", rel_tol=0.5,  # an empirical rate: judged within a band
                            mistakes={"the whole run's count, not a day's": llama.unexpected,
@@ -61,6 +54,15 @@ print(checks.reveal_number(predicted_per_day_100k, llama.failures_per_day(100_00
                            mistakes={"the 16,384-GPU rate, not scaled to 100,000 GPUs": llama.failures_per_day(16_384),
                                      "scaled the wrong way: more GPUs fail more often":
                                          llama.failures_per_day(16_384) ** 2 / llama.failures_per_day(100_000)}))
+
+# %%
+for t in traces.values():
+    print(f"{t.name}: {t.unexpected} unexpected interruptions in {t.days:g} days on {t.gpus:,} {t.gpu} "
+          f"= {t.rate_per_gpu_day * 1e3:.3f} per 1,000 GPU-days ({t.source})")
+    if t.note:
+        print(f"    reconstructed by this lab, not a count the source prints: {t.note}")
+for n in sizes:
+    print(f"{n:>7,} GPUs: {llama.failures_per_day(n):6.2f} failures a day, one every {llama.mtbf_hours(n):5.2f} h")
 plots.failures_per_day(sizes, {name: [t.failures_per_day(n) for n in sizes] for name, t in traces.items()})
 
 # %% [markdown]
@@ -84,13 +86,15 @@ predicted_most_lost = None  # steps
 
 # %%
 kills = crash.kill_sweep(work / "kills", n=10, steps=8, every=2, seed=0)
-print(kills.table())
 assert kills.all_ok
 most_lost = max(o.steps_lost for o in kills.outcomes)
 print(checks.reveal_claims({"bit-identical": predicted_identical}, {"bit-identical": kills.all_ok},
                            key="06.predict.bit_identical"))
 print(checks.reveal_number(predicted_most_lost, most_lost, "Most steps lost (measured)", "", 1,
                            key="06.predict.most_lost"))
+
+# %%
+print(kills.table())
 
 # %% [markdown]
 # A kill during a step loses the steps since the last checkpoint; a kill while *writing*
@@ -194,18 +198,20 @@ predicted_interval_min = None
 # %%
 M, C, R = 3600.0, 36.0, 180.0
 sw = sweep.sweep(100 * M, C, R, M, sweep.minute_grid(1, 30), seeds=5, trials=80)
-print(sw.table())
 assert all(abs(p.goodput - p.daly_goodput) < 0.01 for p in sw.points)  # simulated = Daly's model
 (lo, hi), (lo1, hi1) = sw.plateau(), sw.within(0.01)
+print(checks.reveal_number(predicted_interval_min, sw.best.interval_s / 60, "Best interval (simulated)", "min", 1,
+                           key="06.predict.best_interval",
+                           rel_tol=0.25))  # the optimum is flat: 7-10 min are within noise of the best
+
+# %%
+print(sw.table())
 print(f"Young {sw.young_s / 60:.1f} min, Daly {sw.daly_s / 60:.1f} min; best simulated "
       f"{sw.best.interval_s / 60:.0f} min ({sw.best.goodput:.4f} ± {sw.best.spread:.4f})")
 print(f"within 2 sd of the best: {lo / 60:.0f} to {hi / 60:.0f} min; within 1 point (0.01) of the best goodput: "
       f"{lo1 / 60:.0f} to {hi1 / 60:.0f} min")
 print(f"simulated goodput at Young's interval {sw.goodput_at(sw.young_s):.4f}, at half of it "
       f"{sw.goodput_at(sw.young_s / 2):.4f}, at twice it {sw.goodput_at(2 * sw.young_s):.4f}")
-print(checks.reveal_number(predicted_interval_min, sw.best.interval_s / 60, "Best interval (simulated)", "min", 1,
-                           key="06.predict.best_interval",
-                           rel_tol=0.25))  # the optimum is flat: 7-10 min are within noise of the best
 sweep.sweep_figure(sw)
 
 # %% [markdown]
@@ -294,12 +300,14 @@ predicted_rc_lost = None
 
 # %%
 fo = failover.run_failover(steps=6, kill_step=3, kill_rank=1)
+assert fo.replica_bytes == fo.predicted_replica_bytes  # measured = model
+print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measured)", "", 1, key="06.predict.rc_lost"))
+
+# %%
 print(f"exit codes {fo.exit_codes} (-9 = SIGKILL); survivor rank {fo.survivor} took over at step {fo.failed_at}")
 print(f"replica held {fo.replica_bytes:,} B = 12 B x {fo.replica_params:,} parameters "
       f"(predicted {fo.predicted_replica_bytes:,}); no checkpoint was read")
 print(f"losses and parameters bit-identical to an uninterrupted run: {fo.losses_identical and fo.params_identical}")
-assert fo.replica_bytes == fo.predicted_replica_bytes  # measured = model
-print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measured)", "", 1, key="06.predict.rc_lost"))
 
 # %% [markdown]
 # ## 9 · Design: which strategy for which cluster?

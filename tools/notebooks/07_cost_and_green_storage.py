@@ -55,10 +55,12 @@ predicted_hbm_over_ssd = None
 rows = [[kind, capital.usd_per_gb_basis(kind), f"{capital.usd_per_gb(kind):,.3f}",
          "no figure" if holding.embodied_kg(1e9, kind) is None else f"{holding.embodied_kg(1e9, kind):.2f}"]
         for kind in capital.TIERS]
-print(text_table(["tier", "what the price is", "USD per GB", "kg CO2e to make a GB"], rows))
 print(checks.reveal_number(predicted_hbm_over_ssd, capital.usd_per_gb("hbm") / capital.usd_per_gb("ssd"),
                            "HBM over SSD, per GB", "x", 1, rel_tol=0.25,
                            key="07.predict.hbm_over_ssd"))  # prices: right within a quarter
+
+# %%
+print(text_table(["tier", "what the price is", "USD per GB", "kg CO2e to make a GB"], rows))
 print(f"embodied carbon: {grid.figure('embodied', 'ssd').source}")
 
 # %% [markdown]
@@ -79,7 +81,6 @@ predicted_fmas = None
 
 # %%
 pj = energy.han_pj()
-print(", ".join(f"{k} {v:g} pJ" for k, v in pj.items()))
 print(checks.reveal_number(predicted_fmas, energy.dram_read_over_fma(), "FMAs per DRAM read (Han et al.)", "", 1,
                            key="07.predict.dram_read_fmas",
                            rel_tol=0.15,  # a ratio of two published energies; the multiply alone (173) is 24% off
@@ -93,6 +94,9 @@ rows = [["HBM (H100)", f"{energy.gpu_memory_j_per_bit(h100) * 1e12:.1f}"],
         ["DDR5 read", f"{energy.tier_j_per_bit(hardware.tier('DDR5-4800'), 'read') * 1e12:.1f}"],
         ["U.2 NVMe read", f"{energy.tier_j_per_bit(hardware.tier('NVMe-U2-3.84TB'), 'read') * 1e12:.1f}"],
         ["U.2 NVMe write", f"{energy.tier_j_per_bit(hardware.tier('NVMe-U2-3.84TB'), 'write') * 1e12:.1f}"]]
+
+# %%
+print(", ".join(f"{k} {v:g} pJ" for k, v in pj.items()))
 print(text_table(["per bit moved", "pJ (catalogue)"], rows))
 
 # %% [markdown]
@@ -165,14 +169,16 @@ predicted_offload_cheaper = None
 runs = run.compare("llama2-7b", 20e9, "H100-SXM", traffic=measured)
 table = [[s, r.gpus, f"{r.days:.1f}", f"{r.cloud_usd:,.0f}", f"{r.owned_usd:,.0f}", f"{r.facility_kwh:,.0f}",
           f"{r.kg_co2:,.0f}", f"{r.ssd_life_used:.4f}"] for s, r in runs.items()]
-print(text_table(["strategy", "GPUs", "days", "rented $", "owned $", "kWh", "kg CO2e", "SSD lives"], table))
 best = run.winners(runs)
-for metric, who in best.items():
-    print(f"lowest {metric}: {', '.join(who)}")
-print(f"cheapest to rent (within 0.5%): {', '.join(best['cloud_usd'])}")
 print(checks.reveal_claims({"offload rents for less": predicted_offload_cheaper},
                            {"offload rents for less": "hbm" not in best["cloud_usd"]},
                            key="07.predict.offload_cheaper"))
+
+# %%
+print(text_table(["strategy", "GPUs", "days", "rented $", "owned $", "kWh", "kg CO2e", "SSD lives"], table))
+for metric, who in best.items():
+    print(f"lowest {metric}: {', '.join(who)}")
+print(f"cheapest to rent (within 0.5%): {', '.join(best['cloud_usd'])}")
 EconomicsPanel.chart(runs, "ssd-offload", "Llama-2 7B, 20 bn tokens, H100 (predicted)")
 
 # %% [markdown]

@@ -53,11 +53,13 @@ for fraction in (1.0, 0.8, 0.5, 0.3):
                  f"{1e6 * aware.stall_s:,.0f}"])
     if fraction == 0.5:
         half = (lru, aware)
-print(text_table(["HBM / working set", "LRU misses", "trace-aware misses", "LRU stall, us", "trace-aware stall, us"],
-                 rows))
 cut = 100 * (1 - half[1].stall_s / half[0].stall_s)
 print(checks.reveal_number(predicted_stall_cut, cut, "Stall removed by the trace-aware schedule (simulated)", "%", 1,
                            rel_tol=0.15, key="08.predict.stall_cut"))  # a simulated share: right within 15% of it
+
+# %%
+print(text_table(["HBM / working set", "LRU misses", "trace-aware misses", "LRU stall, us", "trace-aware stall, us"],
+                 rows))
 print(text_table(["tier", "capacity B", "reads", "hits", "hit rate", "bytes served"], half[1].rows()))
 
 # %% [markdown]
@@ -101,12 +103,14 @@ predicted_near_faster = None  # True or False
 
 # %%
 paths = near_data.adam_paths(7_000_000_000)
-print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
-                 [[p, "total (bytes: over links)" if leg == "total" else leg, where, f"{b / 1e9:,.0f} GB",
-                   f"{s:.3f}", f"{j:.1f}"] for p, leg, where, b, s, j in paths.rows()]))
 print(checks.reveal_claims({"near-data is faster": predicted_near_faster},
                            {"near-data is faster": paths.winner == "near-data"}, key="08.predict.near_faster"))
 be = near_data.break_even_bandwidth("dram")
+
+# %%
+print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
+                 [[p, "total (bytes: over links)" if leg == "total" else leg, where, f"{b / 1e9:,.0f} GB",
+                   f"{s:.3f}", f"{j:.1f}"] for p, leg, where, b, s, j in paths.rows()]))
 print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth (computed at 1 bn parameters); for states "
       f"on an SSD whose engine only gets the drive's own bandwidth, below "
       f"{near_data.break_even_bandwidth('ssd') / 1e9:.1f} GB/s (predicted)")
@@ -133,11 +137,13 @@ predicted_adc_bits = None
 # %%
 gpt = crossbar.tiny_trainer()
 adc = crossbar.sweep(gpt, "adc_bits", [2, 4, 6, 8, 10, None])
-print(text_table(["ADC bits", "analog loss", "digital loss", "gap"], adc.rows()))
 enough = min(p.setting for p in adc.points if p.setting is not None and abs(p.gap) <= 0.01)
 print(checks.reveal_number(predicted_adc_bits, enough, "Fewest ADC bits within 0.01 (simulated)", "", 1, exact=True,
                            key="08.predict.adc_bits"))
 bits = [p.setting for p in adc.points if p.setting is not None]
+
+# %%
+print(text_table(["ADC bits", "analog loss", "digital loss", "gap"], adc.rows()))
 plots.line({"analog": [p.loss for p in adc.points if p.setting is not None],
             "digital": [adc.digital_loss] * len(bits)}, "ADC bits", "validation loss",
            "Analog crossbar: loss against ADC precision (simulated)", x=bits)

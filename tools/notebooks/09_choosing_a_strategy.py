@@ -58,18 +58,20 @@ predicted_one_fits = None
 
 # %%
 rows = summary.summary("gpt3-175b", "A100-80GB", 8)
-print(summary.summary_table(rows))
 names = {"ZeRO-3": "ZeRO-3", "pipeline 1F1B": "1F1B pipeline", "tensor parallel 1D (Megatron)": "tensor parallel",
          "recompute full": "full recompute", "offload to NVMe (ZeRO-Infinity)": "ZeRO-Infinity"}
 candidates = {names[r.technique]: r.memory_bytes for r in rows if r.technique in names}
 smallest = min(candidates, key=candidates.get)
-print(f"smallest memory per GPU: {smallest} ({candidates[smallest] / 1e9:,.0f} GB)")
 capacity = hardware.gpu("A100-80GB").memory_bytes  # the true capacity, as every fit verdict uses
 print(checks.reveal_claims({"tensor parallel below ZeRO-3": predicted_tp_below_zero3,
                             "one technique alone fits on the GPU": predicted_one_fits},
                            {"tensor parallel below ZeRO-3": candidates["tensor parallel"] < candidates["ZeRO-3"],
                             "one technique alone fits on the GPU": min(r.memory_bytes for r in rows) <= capacity},
                            key="09.predict.table_claims"))
+
+# %%
+print(summary.summary_table(rows))
+print(f"smallest memory per GPU: {smallest} ({candidates[smallest] / 1e9:,.0f} GB)")
 
 # %% [markdown]
 # No single technique fits GPT-3 on 80 GiB (A100-80GB) GPUs with 8 of them; combinations on many GPUs do.
