@@ -8,8 +8,11 @@
 # them. The first three grow with the model; activations grow with the model *and*
 # with the batch and the sequence length. For GPT-3 175B split over 1,024 A100s
 # (tensor 8 × pipeline 16, the layout of Megatron-LM's GPT-3 175B example script, with
-# data 8 to fill 1,024 GPUs), labkit predicts that activations are the largest part of
-# what each GPU holds; the first figure shows it.
+# data 8 to fill 1,024 GPUs), labkit predicts that, if every layer keeps its activations,
+# they are the largest part of what each GPU holds. That script also passes
+# `--checkpoint-activations` (full recompute: each layer keeps only its input and redoes
+# its forward in the backward pass), and with it the model states are the larger part; the
+# first figure shows both.
 #
 # **What you will do.** Train a tiny GPT for real on this CPU, measure what each step
 # holds tensor by tensor, check the measurement against the analytic model the
@@ -63,8 +66,9 @@ print(data.corpus().splitlines()[0])
 
 # %% [markdown]
 # The picture to keep in mind (predicted by `labkit.predict.estimate`): one GPU's share of
-# GPT-3 175B in that layout, against an A100's true capacity. The same model on a
-# single GPU is printed, not drawn: its bar would dwarf this one.
+# GPT-3 175B in that layout, against an A100's true capacity, with every layer keeping its
+# activations and with the script's `--checkpoint-activations` (`recompute="full"`). The
+# same model on a single GPU is printed, not drawn: its bar would dwarf these.
 
 # %%
 gpt3 = model_shape("gpt3-175b")
@@ -73,13 +77,18 @@ print(f"{a100.name}: sold as {a100.memory_nominal_bytes / 1e9:.0f} GB, holds {a1
       f"= {a100.memory_bytes / 1e9:.1f} GB (true capacity: fit verdicts use it)")
 megatron = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8),
                            a100.memory_bytes, a100.name)
+megatron_ckpt = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8, recompute="full"),
+                                a100.memory_bytes, a100.name)
 alone = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048), a100.memory_bytes, a100.name)
-print(f"tp8 pp16 dp8: {megatron.per_device_bytes['total'] / 1e9:.1f} GB per GPU, "
-      f"{100 * megatron.activation_share:.0f}% of it activations (predicted)")
+for label, est in (("tp8 pp16 dp8, activations kept", megatron),
+                   ("tp8 pp16 dp8, --checkpoint-activations", megatron_ckpt)):
+    print(f"{label}: {est.per_device_bytes['total'] / 1e9:.1f} GB per GPU, "
+          f"{100 * est.activation_share:.0f}% of it activations (predicted)")
 print(f"one GPU alone: {alone.per_device_bytes['total'] / 1e9:,.0f} GB, "
       f"{alone.per_device_bytes['total'] / a100.memory_bytes:.0f} times the card (predicted)")
-plots.memory_bars({"GPT-3 175B, tp8 pp16 dp8": megatron.per_device_bytes},
-                  capacity_bytes=a100.memory_bytes, capacity_label=a100.name,
+plots.memory_bars({"tp8 pp16 dp8, activations kept": megatron.per_device_bytes,
+                   "tp8 pp16 dp8, --checkpoint-activations": megatron_ckpt.per_device_bytes},
+                  capacity_bytes=a100.memory_bytes, capacity_label=a100.name, wrap=24,
                   title="GPT-3 175B: one GPU's share (predicted)")
 
 # %% [markdown]

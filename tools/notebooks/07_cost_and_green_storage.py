@@ -155,8 +155,8 @@ print(f"ssd-offload  per parameter per step: NVMe read {ssd.nvme_read:.2f} B, NV
 #
 # ## 4 · One model, three ways
 #
-# Llama-2 7B fine-tuned on 20 bn tokens on H100s, with 4 Mi-token batches, MFU 0.4 (an
-# assumption): all in HBM on as few GPUs as hold it, and with DRAM offload (ZeRO-3, optimizer on
+# Llama-2 7B fine-tuned on 20 bn tokens on H100s, with 4 Mi-token batches (Mi = 2²⁰ and
+# Ki = 2¹⁰, the binary prefixes: 4 × 2²⁰ tokens a step), MFU 0.4 (an assumption): all in HBM on as few GPUs as hold it, and with DRAM offload (ZeRO-3, optimizer on
 # the CPU) and SSD offload (states on NVMe), each on as few GPUs as hold it. The servers are DGX H100s, with the
 # DRAM and the eight 3.84 TB enterprise NVMe data drives their datasheet lists. **Predict**
 # (True or False, or "yes"/"no"): does offloading, on fewer GPUs, cost fewer dollars than all
@@ -203,7 +203,7 @@ print(f"HBM bytes per step, all in HBM: {hbm_plan.hbm_bytes / 1e12:,.1f} TB, of 
 #
 # ## 5 · Break it: a small batch on SSD offload
 #
-# The same run on 8 GPUs with a 128 Ki-token batch: each step now has much less compute to
+# The same run on 8 GPUs with a 128 Ki-token batch (128 × 2¹⁰ tokens, 32 sequences of 4,096): each step now has much less compute to
 # hide the NVMe traffic behind.
 
 # %%
@@ -281,7 +281,8 @@ print(text_table(["what", "tier", "GB", "USD for the run", "kg CO2e for the run"
 # 0.4, PUE and world grid as above; the paper gives no GPU count per model). The ratio of the
 # tonnes splits exactly into three factors: GPU-hours (the MFU Meta's hours imply against
 # labkit's assumed one), energy per GPU-hour (labkit's whole server times PUE against Meta's power per
-# GPU) and the grid (labkit's against the factor Meta's figures imply).
+# GPU, which Table 2's note says is the GPU's peak power already adjusted for PUE) and the grid
+# (labkit's against the factor Meta's figures imply).
 
 # %%
 rows = []
@@ -302,13 +303,16 @@ for b in published.beside(pue=1.0, g_co2_per_kwh=meta_grid):
 # %% [markdown]
 # Reading the factors: labkit's GPU-hours differ from Meta's by the ratio of the MFU Meta's
 # hours imply to the MFU labkit assumes (labkit's FLOP count over GPU-hours at the A100's dense
-# bf16 peak). Meta multiplies GPU-hours by one power per GPU; labkit counts the whole server
-# (GPUs at TDP while busy, the hosts' CPUs, links) and multiplies by the industry-average PUE,
-# so its energy per GPU-hour is higher. And Meta's tonnes imply one carbon factor for every
-# model, which differs from the world average used here. The last lines redo labkit's
-# prediction at PUE 1.0 and Meta's implied factor (the 7B model's): the grid factor goes to
-# about 1, and what stays is the MFU and the hosts' CPUs (and links), which Meta's power per
-# GPU leaves out: with a batch this large no GPU waits, so each draws its TDP all run long.
+# bf16 peak). Meta multiplies GPU-hours by one power per GPU, and that power already includes
+# the facility's overhead (peak power adjusted for PUE, Table 2's note); labkit counts the whole
+# server (GPUs at TDP while busy, the hosts' CPUs, links) and then multiplies by the
+# industry-average PUE, so its energy per GPU-hour is higher. And Meta's tonnes imply one carbon
+# factor for every model, which differs from the world average used here. The last lines redo
+# labkit's prediction at PUE 1.0 (Meta's power has its PUE inside already) and Meta's implied
+# factor (the 7B model's): read the printed factors. The grid factor is then 1, the energy
+# factor compares labkit's whole server with no facility overhead against Meta's PUE-adjusted
+# power per GPU, and what is left of the gap is mostly the MFU factor (with a batch this large
+# no GPU waits, so labkit has each draw its TDP all run long).
 #
 # ## 9 · Design
 #

@@ -232,7 +232,7 @@ capstone.grade(my_plan)
 # H100s, goal "greenest".
 #
 # **The task**, checked by the button under the controls: pretrain Llama-2 70B on 2 trillion
-# tokens with Llama 2's own sequence length (4,096) and batch (1,024 sequences, 4 Mi tokens;
+# tokens with Llama 2's own sequence length (4,096) and batch (1,024 sequences, 4 Mi tokens, Mi = 2²⁰;
 # Touvron et al., 2023) on H100-SXM GPUs in under 30 days. Find the fewest GPUs, a power of
 # two, on which the advisor's fastest plan does it. The check turns the best plan's step
 # time into days for the whole run and asks the advisor about half as many GPUs too.
