@@ -156,9 +156,10 @@ print(f"ssd-offload  per parameter per step: NVMe read {ssd.nvme_read:.2f} B, NV
 # ## 4 · One model, three ways
 #
 # Llama-2 7B fine-tuned on 20 bn tokens on H100s, with 4 Mi-token batches (Mi = 2²⁰ and
-# Ki = 2¹⁰, the binary prefixes: 4 × 2²⁰ tokens a step), MFU 0.4 (an assumption): all in HBM on as few GPUs as hold it, and with DRAM offload (ZeRO-3, optimizer on
-# the CPU) and SSD offload (states on NVMe), each on as few GPUs as hold it. The servers are DGX H100s, with the
-# DRAM and the eight 3.84 TB enterprise NVMe data drives their datasheet lists. **Predict**
+# Ki = 2¹⁰, the binary prefixes: 4 × 2²⁰ tokens a step), MFU 0.4 (an assumption): all in
+# HBM on as few GPUs as hold it, and with DRAM offload (ZeRO-3, optimizer on the CPU) and
+# SSD offload (states on NVMe), each on as few GPUs as hold it. The servers are DGX H100s,
+# with the DRAM and the eight 3.84 TB enterprise NVMe data drives their datasheet lists. **Predict**
 # (True or False, or "yes"/"no"): does offloading, on fewer GPUs, cost fewer dollars than all
 # in HBM when renting GPUs by the hour?
 
@@ -203,8 +204,8 @@ print(f"HBM bytes per step, all in HBM: {hbm_plan.hbm_bytes / 1e12:,.1f} TB, of 
 #
 # ## 5 · Break it: a small batch on SSD offload
 #
-# The same run on 8 GPUs with a 128 Ki-token batch (128 × 2¹⁰ tokens, 32 sequences of 4,096): each step now has much less compute to
-# hide the NVMe traffic behind.
+# The same run on 8 GPUs with a 128 Ki-token batch (128 × 2¹⁰ tokens, 32 sequences of
+# 4,096): each step now has much less compute to hide the NVMe traffic behind.
 
 # %%
 small = run.compare("llama2-7b", 20e9, "H100-SXM", gpus={s: 8 for s in strategies.STRATEGIES}, traffic=measured,
