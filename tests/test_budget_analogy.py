@@ -11,7 +11,10 @@ def test_the_micro_budget_keeps_the_real_ratio(capacity: int, states: int, micro
     b = scaled_budget(capacity, states, micro)
     exact = capacity / states * micro
     assert b.budget_bytes == max(1, round(exact))
-    assert b.budget_bytes == 1 or abs(b.micro_ratio - b.real_ratio) <= 0.5 / micro * (1 + 1e-9)
+    # Half a byte of rounding over the micro states, plus float64's relative rounding of a ratio whose budget
+    # exceeds 2**53 bytes (hypothesis found 9.0e15 B: exact integers stop there).
+    slack = 0.5 / micro * (1 + 1e-9) + 4 * 2**-52 * b.real_ratio
+    assert b.budget_bytes == 1 or abs(b.micro_ratio - b.real_ratio) <= slack
 
 
 def test_a_card_that_holds_a_quarter_of_the_states_gives_a_quarter_budget() -> None:
