@@ -16,6 +16,7 @@ from labkit.errors import LabkitError
 from labkit.teach import journal
 from labkit.teach.diagnose import diagnose, named_mistake, same_text
 from labkit.teach.feedback import Feedback
+from labkit.teach.prediction_mistakes import choice_mistake, judging, named
 from labkit.teach.predictions import NO_GUESS, PASS, answer_for_key, commit, predict, registered, state
 
 DEFAULT_REL_TOL = 0.10
@@ -94,8 +95,10 @@ def reveal(prediction: str | None, measured: dict[str, float], question: str = "
     if name is None:
         return _refused(key, question, f"prediction must be one of {', '.join(measured)} (got {prediction!r})")
     ok = name == largest
-    note = _judged(key, name, ok, truth=largest)
-    return Feedback(ok, f"{'Right' if ok else f'Wrong: you said {name}'}. {answer}{note}")
+    why = "" if ok else choice_mistake(key, name)
+    why = f" Likely mistake: {why}." if why else ""
+    note = _judged(key, name, ok, why.strip(), truth=largest)
+    return Feedback(ok, f"{'Right' if ok else f'Wrong: you said {name}'}. {answer}{why}{note}", why.strip())
 
 
 def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB", scale: float = 1e9, *,
@@ -103,15 +106,21 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
                   mistakes: dict[str, float] | None = None) -> Feedback:
     """Compare a committed numeric guess with the value labkit measured or computed.
 
-    ``mistakes`` names the question's likely wrong answers (in the shown unit); a wrong guess that
-    matches one is diagnosed by its name before any unit slip is looked for.
+    A registered numeric ``key`` brings its judging from :mod:`labkit.teach.prediction_mistakes`:
+    its tolerance (which takes precedence over ``rel_tol`` and ``exact``, so a question is judged
+    the same wherever it is revealed), the unit family whose slips to name, and its likely
+    mistakes. ``mistakes`` adds the caller's own (name: wrong value in the shown unit). A wrong
+    guess that matches a mistake is diagnosed by its name before any unit slip is looked for.
 
-    ``exact`` (default: when the value is a whole number with no unit, i.e. a count)
-    demands the exact value; otherwise the guess is right within ``rel_tol`` of it
-    (default 10%), tight enough that a classic misconception (ZeRO-3 moving the
-    same bytes as data parallelism: 1.0 against 1.5) is called wrong.
+    Without a registered key, ``exact`` (default: when the value is a whole number with no unit,
+    i.e. a count) demands the exact value; otherwise the guess is right within ``rel_tol`` of it
+    (default 10%), tight enough that a classic misconception (ZeRO-3 moving the same bytes as
+    data parallelism: 1.0 against 1.5) is called wrong.
     """
     value = float(actual / scale)
+    rules = judging(key)
+    if rules is not None:
+        exact, rel_tol = rules.exact, rules.rel_tol
     if exact is None:
         exact = unit == "" and value.is_integer()
     tol = 0.0 if exact else (DEFAULT_REL_TOL if rel_tol is None else rel_tol)
@@ -144,11 +153,21 @@ def reveal_number(guess: float | None, actual: float, what: str, unit: str = "GB
         by = f"{100 * abs(off - 1):.0f}%" if 0.5 <= off <= 2 else f"a factor of {max(off, 1 / off):,.3g}" if off > 0 \
             else "the sign"
         verdict = f"Wrong: too {'high' if g > value else 'low'} by {by}"
-    slip = "" if ok else (named_mistake(g, value, mistakes or {}, tol) or diagnose(g, value, unit=unit))
-    slip = f" Likely slip: {slip}" + ("" if slip.endswith("?") else ".") if slip else ""
+    slip = _why_wrong(key, g, value, tol, unit, mistakes) if not ok else ""
     note = _judged(key, g, ok, slip.strip(), truth=value, rel_tol=tol, exact=exact, unit=unit)
     return Feedback(ok, f"{verdict}: you said {shown(mine)}. {what}: {shown(theirs)} ({rule}).{slip}{note}",
                     slip.strip())
+
+
+def _why_wrong(key: str | None, guess: float, right: float, tol: float, unit: str,
+               mistakes: dict[str, float] | None) -> str:
+    """" Likely mistake: ..." for a registered or listed mistake, else " Likely slip: ...?" for a unit slip."""
+    rules = judging(key)
+    mistake = named(key, guess, right, tol) or named_mistake(guess, right, mistakes or {}, tol)
+    if mistake:
+        return f" Likely mistake: {mistake}" + ("" if mistake.endswith((".", "?")) else ".")
+    slip = diagnose(guess, right, unit=(rules.slips or unit) if rules else unit)
+    return f" Likely slip: {slip}" + ("" if slip.endswith("?") else ".") if slip else ""
 
 
 def _as_bool(guess: object) -> bool | None:
