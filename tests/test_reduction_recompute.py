@@ -50,16 +50,16 @@ TRAIN6 = TrainConfig(model=GPTConfig(vocab_size=35, seq_len=16, n_layer=6, n_hea
 
 @pytest.fixture(scope="module")
 def trace():
-    return record_trace(TRAIN6)  # six layers: sqrt makes three segments of two
+    return record_trace(TRAIN6)  # six layers: sqrt-all makes three segments of two
 
 
 def test_every_mode_keeps_exactly_the_predicted_bytes(rows):
-    assert set(rows) == {"none", "full", "every-2", "sqrt", "selective"}
+    assert set(rows) == {"none", "full", "every-2", "sqrt-all", "selective"}
     for r in rows.values():
         assert r.measured_bytes == r.predicted_bytes, r.mode
     sbh4 = 4 * 16 * 2 * 32
     assert rows["full"].per_layer == (sbh4,) * 4  # e*sbh: the block input, 2sbh at 16 bits
-    assert rows["sqrt"].per_layer == (sbh4, 0, sbh4, 0)  # only the segment boundaries
+    assert rows["sqrt-all"].per_layer == (sbh4, 0, sbh4, 0)  # only the segment boundaries
     assert rows["every-2"].per_layer == (sbh4, rows["none"].per_layer[1], sbh4, rows["none"].per_layer[3])
     a, s, b = 2, 16, 2
     assert rows["none"].per_layer[0] - rows["selective"].per_layer[0] == a * s * s * b * (2 * 4 + 1)  # the s^2 term
@@ -76,7 +76,7 @@ def test_flops_show_exactly_one_extra_forward_of_the_region(rows):
     shape = ModelShape.from_config(CFG)
     assert rows["none"].flops == training_flops(shape, 16, 2, "none")
     assert rows["full"].flops == training_flops(shape, 16, 2, "full")
-    assert rows["sqrt"].extra_flops == rows["full"].extra_flops
+    assert rows["sqrt-all"].extra_flops == rows["full"].extra_flops
     assert rows["every-2"].extra_flops * 2 == rows["full"].extra_flops
     assert rows["selective"].extra_flops == 4 * 2 * 2 * 16 * 16 * 32  # L * 2bs^2h: early stop repeats Q K^T only
     for r in rows.values():
@@ -91,14 +91,14 @@ def test_selective_without_early_stop_repeats_the_whole_core():
 
 def test_memtracker_agrees_up_to_the_step_outputs(rows):
     logits_and_loss = 2 * 16 * 35 * 4 + 4
-    r = rows["sqrt"]
-    assert after_forward_bytes(TRAIN, "sqrt") == r.measured_bytes + r.outside_bytes + logits_and_loss
+    r = rows["sqrt-all"]
+    assert after_forward_bytes(TRAIN, "sqrt-all") == r.measured_bytes + r.outside_bytes + logits_and_loss
 
 
 def test_wrapping_keeps_names_and_unwraps():
     model = TinyGPT(CFG)
     names = [n for n, _ in model.named_modules()]
-    apply_recompute(model, "sqrt")
+    apply_recompute(model, "sqrt-all")
     assert [n for n, _ in model.named_modules()] == names
     assert type(model.h[0]).__name__ == "CheckpointedBlock" and len(list(model.h)) == 2
     remove_recompute(model)
@@ -121,7 +121,7 @@ def test_bad_input_names_the_field():
 
 
 def test_trace_predicts_real_peaks_of_uniform_and_optimal_plans(trace):
-    assert uniform_plan("sqrt", 6).segments == ((0, 2), (2, 4), (4, 6))
+    assert uniform_plan("sqrt-all", 6).segments == ((0, 2), (2, 4), (4, 6))
     none_peak = predict_peak(trace, uniform_plan("none", 6))
     budget = (min_feasible_budget(trace) + none_peak) // 2
     best = optimal_plan(trace, budget)
@@ -129,12 +129,12 @@ def test_trace_predicts_real_peaks_of_uniform_and_optimal_plans(trace):
     table = plan_table(trace, budget)
     assert all(best.recompute_flops <= p.recompute_flops for p in table if p.fits)
     assert any(p.fits and p.recompute_flops > best.recompute_flops for p in table[:-1])  # the DP saves work
-    for plan in (uniform_plan("sqrt", 6), best.plan):
+    for plan in (uniform_plan("sqrt-all", 6), best.plan):
         check = check_peak(TRAIN6, trace, plan)
         assert 0 <= 100 * check.error < 0.05, check  # safe side, see checkpoint_plan's docstring
     assert check.measured <= budget
     text = plan_text(table, budget)
-    assert "optimal" in text and "sqrt" in text
+    assert "optimal" in text and "sqrt-all" in text
 
 
 def test_table_lists_every_mode(rows):

@@ -194,10 +194,10 @@ def optimal_plan(trace: LayerTrace, budget: int) -> PlanChoice:
 
 
 def uniform_plans(n_layer: int) -> list[RecomputePlan]:
-    """none, every-k for k = 2..n-1, sqrt and full."""
+    """none, every-k for k = 2..n-1, sqrt-all and full."""
     ks = range(2, n_layer)
     return [uniform_plan("none", n_layer), *(uniform_plan("every-k", n_layer, k) for k in ks),
-            uniform_plan("sqrt", n_layer), uniform_plan("full", n_layer)]
+            uniform_plan("sqrt-all", n_layer), uniform_plan("full", n_layer)]
 
 
 def plan_table(trace: LayerTrace, budget: int) -> list[PlanChoice]:

@@ -6,9 +6,9 @@ backward and runs its forward a second time when backward reaches it. The plans:
 * ``none``: every layer keeps everything (Korthikanti et al. 2022: 34sbh + 5as^2b per layer at 16 bits);
 * ``full``: every block is its own checkpointed region and keeps its input, e*sbh (2sbh at 16 bits);
 * ``every-k``: blocks 0, k, 2k, ... are checkpointed, the others keep everything;
-* ``sqrt``: Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016: segments of
-  about sqrt(n) blocks, each one checkpointed region, so only segment boundaries are kept
-  and backward re-materialises one segment at a time;
+* ``sqrt-all``: after Chen et al., "Training Deep Nets with Sublinear Memory Cost", 2016: segments of
+  round(sqrt(n)) blocks, *all* checkpointed (``design``'s ``sqrt`` keeps the last one whole), so only
+  segment boundaries are kept and backward re-materialises one segment at a time;
 * ``selective``: Korthikanti et al. 2022, section 5: only the attention core ``attn.core``
   (Q K^T, softmax, dropout, times V) is checkpointed, which removes the 5as^2b term.
 
@@ -39,7 +39,7 @@ from labkit.rig.model import GPTConfig, TinyGPT
 from labkit.rig.train import TrainConfig, Trainer
 from labkit.shapes import ModelShape
 
-MODES = ("none", "full", "every-k", "sqrt", "selective")
+MODES = ("none", "full", "every-k", "sqrt-all", "selective")
 _PLAIN = "_labkit_plain_class"
 
 
@@ -85,7 +85,7 @@ def uniform_plan(mode: str, n_layer: int, k: int | None = None) -> RecomputePlan
         require_positive("k", k)
         return RecomputePlan(f"every-{k}", n_layer, tuple((i, i + 1) for i in range(0, n_layer, k)))
     size = max(1, round(math.sqrt(n_layer)))  # Chen et al.: n/k boundaries + k layers, least at k = sqrt(n)
-    return RecomputePlan("sqrt", n_layer, tuple((i, min(i + size, n_layer)) for i in range(0, n_layer, size)))
+    return RecomputePlan("sqrt-all", n_layer, tuple((i, min(i + size, n_layer)) for i in range(0, n_layer, size)))
 
 
 class _Checkpointed:
@@ -272,7 +272,7 @@ def compare_plans(train: TrainConfig, plans: list[RecomputePlan | str] | None = 
     """
     base, base_grads = run_plan(train, "none")
     rows = []
-    for plan in plans or ["none", "full", "every-k", "sqrt", "selective"]:
+    for plan in plans or ["none", "full", "every-k", "sqrt-all", "selective"]:
         row, grads = (base, base_grads) if plan == "none" else run_plan(train, plan, k, early_stop)
         same = row.loss == base.loss and all(torch.equal(a, b) for a, b in zip(grads, base_grads, strict=True))
         rows.append(replace(row, grads_identical=same, extra_flops=row.flops - base.flops))

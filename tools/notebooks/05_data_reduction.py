@@ -93,13 +93,13 @@ print(compress.ratio_text(rows, speed=True))
 # %% [markdown]
 # ## 2 · Recompute: trade compute for memory
 #
-# `torch.utils.checkpoint` drops a region's saved tensors in forward and runs the region
-# again in backward. Four plans on the tiny GPT (4 layers): **full** (every block keeps only
-# its input, 2sbh bytes at 16 bits), **every-2** (every second block recomputed, keeping
-# only its input; the blocks between keep everything), **sqrt** (Chen et al.: segments of √n
-# blocks, each keeping only its input) and **selective** (Korthikanti et al.: only the
-# attention core, which drops the 5as/h term). **Predict:** with full recompute, what
-# percentage of a layer's activations is kept?
+# `torch.utils.checkpoint` drops a region's saved tensors in forward and runs the region again
+# in backward. Four plans on the tiny GPT (4 layers): **full** (every block keeps only its
+# input, 2sbh bytes at 16 bits), **every-2** (every second block recomputed, keeping only its
+# input; the blocks between keep everything), **sqrt-all** (after Chen et al.: segments of
+# about √n blocks, every one recomputed and keeping only its input) and **selective**
+# (Korthikanti et al.: only the attention core, which drops the 5as/h term). **Predict:** with
+# full recompute, what percentage of a layer's activations is kept?
 
 # %%
 predicted_full_share = None  # per cent
@@ -119,7 +119,7 @@ print(checks.reveal_number(predicted_full_share, 100 * full.per_layer[0] / none.
 print(recompute.recompute_table(plans))
 
 # %% [markdown]
-# (`sqrt` keeps only the inputs of its two segments after forward, fewer bytes than `full`,
+# (`sqrt-all` keeps only the inputs of its two segments after forward, fewer bytes than `full`,
 # but in backward it re-materialises a whole two-block segment at once: its *peak* is
 # higher. Section 3 measures peaks.)
 #
@@ -351,8 +351,8 @@ assert all(r.payload_bytes == r.predicted_bytes for r in stored)
 # %% [markdown]
 # ## 7 · Scale and design: a real model on a real GPU
 #
-# GPT-2 XL (about 1.56 bn parameters: its 24.9 GB of states below, at 16 B each;
-# s = 1,024) on an RTX 4090, a card sold as "24 GB" (predicted).
+# GPT-2 XL (about 1.5 bn parameters, 16 B of model states each with bf16 mixed precision and
+# Adam; s = 1,024) on an RTX 4090, a card sold as "24 GB" (predicted).
 # Capacities here are true capacities: a GPU sold as "24 GB" holds 24 GiB (2³⁰ bytes each),
 # and every fit below is judged against that; GB means 1e9 bytes. **Predict:** does it fit with
 # bf16 mixed precision and no recompute? With full recompute?
@@ -386,12 +386,14 @@ print(f"cheapest change that fits: {cheapest.label}: {cheapest.total_bytes / 1e9
 # cheapest change that fits is not recompute at all: 8-bit Adam states (section 6) free more
 # bytes than any recompute mode, at no extra compute.
 #
-# Why does per-layer full recompute hold *less* than Chen et al.'s √n plan, which was
-# designed to minimise memory? Chen's argument: keep each segment's input, rebuild one
-# segment of k layers at a time, so the peak is about (L/k)·input + k·layer, least at
-# k = √L *when a kept input costs as much as a layer's activations*. A transformer layer's
-# input is 2sbh bytes beside its sbh(34 + 5as/h) of activations. Every segment length for
-# GPT-2 XL, counted the same way for each (kept inputs plus the segment being rebuilt):
+# Why does per-layer full recompute hold *less* than Chen et al.'s √n plan (`sqrt` in the
+# table above and in the panel: segments of ⌊√L⌋ layers, the last one kept whole; section 2's
+# `sqrt-all` recomputes every segment), which was designed to minimise memory? Chen's
+# argument: keep each segment's input, rebuild one segment of k layers at a time, so the peak
+# is about (L/k)·input + k·layer, least at k = √L *when a kept input costs as much as a
+# layer's activations*. A transformer layer's input is 2sbh bytes beside its sbh(34 + 5as/h)
+# of activations. Every segment length for GPT-2 XL, counted the same way for each (kept
+# inputs plus the segment being rebuilt):
 
 # %%
 xl_shape = model_shape("gpt2-xl")
