@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from labkit.teach import checks
+from labkit.teach.choice_mistakes import CHOICES, CLAIMS
 from labkit.teach.diagnose import slips
-from labkit.teach.prediction_mistakes import CHOICES, NUMERIC, judging
+from labkit.teach.prediction_mistakes import NUMERIC, judging
 from labkit.teach.predictions import PREDICTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,7 @@ def test_every_numeric_prediction_is_registered_and_has_a_recorded_answer():
     assert sorted(NUMERIC) == NUMBERS
     assert all(key in ANSWERS for key in NUMBERS)
     assert set(CHOICES) <= {k for k, p in PREDICTIONS.items() if p.kind == "choice"}
+    assert set(CLAIMS) <= {k for k, p in PREDICTIONS.items() if p.kind == "claims"}
 
 
 @pytest.mark.parametrize("key", NUMBERS)
@@ -136,3 +138,32 @@ def test_the_notebooks_show_each_prediction_in_its_registered_unit():
                 assert scale in (None, 1, 1.0) or unit == "GB", (path.name, key, scale)
                 seen.add(key)
     assert seen == set(NUMERIC)
+
+
+@pytest.mark.parametrize("key", sorted(CHOICES))
+def test_each_registered_wrong_choice_is_diagnosed_against_the_recorded_answer(key):
+    right, texts = CHOICES[key]
+    assert right == ANSWERS[key] and len(texts) >= 2
+    for chosen, why in texts.items():
+        fb = checks.reveal(chosen, {right: 3, **{c: 1 for c in texts}}, key=key)
+        assert not fb and fb.diagnosis == f"Likely mistake: {why}.", (key, chosen)
+
+
+@pytest.mark.parametrize("key", sorted(CLAIMS))
+def test_each_registered_claim_mistake_is_diagnosed_against_the_recorded_answer(key):
+    truths = ANSWERS[key]
+    for claim, mistake in CLAIMS[key].items():
+        assert truths[claim] == mistake.truth, (key, claim)
+        guesses = {c: ("no" if t else "yes") if c == claim else t for c, t in truths.items()}
+        fb = checks.reveal_claims(guesses, truths, key=key)
+        assert not fb and fb.diagnosis == mistake.why and f"Likely mistake: {mistake.why}." in str(fb)
+    right = checks.reveal_claims(dict(truths), truths, key=key)
+    assert right and right.diagnosis == ""
+
+
+def test_a_stale_diagnosis_is_left_out_when_the_measurement_changes():
+    key = "07.predict.offload_cheaper"
+    fb = checks.reveal_claims({"offload rents for less": "no"}, {"offload rents for less": True}, key=key)
+    assert not fb and fb.diagnosis == ""
+    fb = checks.reveal("activations", {"optimizer": 3, "activations": 1}, key="01.predict.largest_category")
+    assert not fb and fb.diagnosis == ""

@@ -17,10 +17,11 @@ Constants cite their notebook; figures from papers are read from ``datasets/refe
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labkit.references import section
+from labkit.references import headline, section
 from labkit.shapes import model_shape
 
 
@@ -75,6 +76,12 @@ def _han(name: str) -> float:
     return float(section("energy_pj")[name])
 
 
+def _claimed_range(system: str) -> tuple[float, float]:
+    """The "A-Bx" range a system's published headline claims (FlashNeuron: its larger-batch factors)."""
+    low, high = re.search(r"([0-9.]+)-([0-9.]+)x", headline(system)["claim"]).groups()
+    return float(low), float(high)
+
+
 def _llama7b_gb(bytes_per_param: float) -> Callable[[float], float]:
     """Llama-2 7B's parameters (labkit's shape) at ``bytes_per_param``, in GB (notebook 01, section 5)."""
     return lambda _right: bytes_per_param * model_shape("llama2-7b").params / 1e9
@@ -91,7 +98,7 @@ SEARCH_R = 1.5  # 04 section 5: oversubscription
 CKPT_EVERY, KILL_STEPS = 2, 8  # 06 section 2: a checkpoint every 2 steps of an 8-step run
 YOUNG_C, YOUNG_M = 36.0, 3600.0  # 06 section 6: checkpoint cost and mean time between failures, seconds
 RC_KILL_STEP = 3  # 06 section 8: rank 1 killed in step 3
-FLASHNEURON_CLAIM = (12.4, 14.0)  # datasets/references.toml headline "FlashNeuron": 12.4-14.0x larger batch
+FLASHNEURON_CLAIM = _claimed_range("FlashNeuron")  # its paper's larger-batch factors (references.toml)
 
 NUMERIC: dict[str, Judging] = {
     "01.predict.llama7b_gb": _within(
@@ -105,8 +112,8 @@ NUMERIC: dict[str, Judging] = {
     "01.predict.llama3_interruptions": _within(
         "", 0.5,  # a published count nothing lets you derive: right within a band of a half
         _m("a day's count: the 54 days' total was asked", lambda n: n / LLAMA3_DAYS),
-        _m("one per GPU: each of the 16,384 GPUs failing once; failures are rarer per GPU, but a job stops at "
-           "the first", _k(LLAMA3_GPUS)), slips=COUNT),
+        _m("one per GPU: a GPU fails far less often than once in 54 days; it is 16,384 of them together that "
+           "stop the job every few hours", _k(LLAMA3_GPUS)), slips=COUNT),
     "02.predict.zero3_share": _within(
         "", 0.10,
         _m("stage 1's share: only Adam's moments split over the ranks", _k(
@@ -116,8 +123,8 @@ NUMERIC: dict[str, Judging] = {
         _m("the share given away (1 - 1/N), not the share kept", _k(1 - 1 / ZERO_RANKS)), slips="fraction"),
     "02.predict.zero3_traffic": _within(
         "x", 0.10,
-        _m("the same bytes as DDP: stage 3 also gathers every weight twice (forward and backward) where DDP's "
-           "all-reduce is one reduce-scatter plus one all-gather", _k(1.0)),
+        _m("the same bytes as DDP: besides reduce-scattering the gradients, stage 3 all-gathers every weight "
+           "twice (forward and backward), where DDP's all-reduce is one reduce-scatter plus one all-gather", _k(1.0)),
         _m("an all-reduce of the gradients on top of the two all-gathers: stage 3 reduce-scatters them, "
            "each rank keeping only its shard", _k(2.0)),
         _m("three collectives against one all-reduce: an all-reduce moves twice the bytes of an all-gather",
@@ -126,13 +133,14 @@ NUMERIC: dict[str, Judging] = {
         "micro-batches",
         _m("1F1B's bound, p: GPipe runs every forward before any backward", _k(PIPE_P)),
         _m("one at a time: GPipe keeps each forward's activations until its backward", _k(1)),
-        _m("m - 1: the last forward's activations are held too when the first backward starts", _k(PIPE_M - 1)),
+        _m("m - 1: rank 0 still holds the last micro-batch's activations when the backwards begin: all m",
+           _k(PIPE_M - 1)),
         _m("m times p: every stage's micro-batches; rank 0 holds only its own stage's", _k(PIPE_M * PIPE_P))),
     "02.predict.one_f_one_b_peak": _count(
         "micro-batches",
         _m("GPipe's m: 1F1B starts a backward once p - rank forwards are in flight", _k(PIPE_M)),
         _m("one: rank 0's first backward comes back only after p forwards", _k(1)),
-        _m("p - 1: rank 0 holds p - rank, and rank 0 counts from zero", _k(PIPE_P - 1))),
+        _m("p - 1: rank r holds p - r micro-batches in flight, so rank 0 holds p", _k(PIPE_P - 1))),
     "02.predict.pipedream_versions": _count(
         "",
         _m("one, as with a flush (PipeDream-Flush): without it every mini-batch in flight needs its own", _k(1)),
@@ -147,7 +155,8 @@ NUMERIC: dict[str, Judging] = {
            "most activations", _k(1.0)), slips="fraction"),
     "04.predict.search_overhead": _within(
         "%", 0.10,
-        _m("none: the copies hide behind compute; at r = 1.5 the link, not compute, sets the time", _k(0.0)),
+        _m("none: the copies hide behind compute; at this oversubscription the link, not compute, sets the time",
+           _k(0.0)),
         _m("the oversubscription read as the slowdown (r - 1): the time is what the swapped bytes take over "
            "the link", _k(100 * (SEARCH_R - 1))),
         _m("the time over compute alone, not how much slower than it", lambda pct: pct + 100), slips="%"),
@@ -161,8 +170,8 @@ NUMERIC: dict[str, Judging] = {
         "x", 0.10,
         _m("about twice: offloading frees the activations' room, but the rule sends only what hides behind "
            "compute", _k(2.0), spread=1.25),
-        _m("the paper's headline (12-14x): a V100 computes GPT-2 medium's layers far faster than one SSD takes "
-           "their activations", _k(sum(FLASHNEURON_CLAIM) / 2), spread=1.5)),
+        _m("the paper's headline batch gain: a V100 computes GPT-2 medium's layers far faster than one SSD "
+           "takes their activations", _k(sum(FLASHNEURON_CLAIM) / 2), spread=1.5)),
     "05.predict.zstd_ratio": _within(
         "", 0.10,
         _m("about 2x, as if zstd could drop the noisy low half of each mantissa: that is quantization (lossy); "
@@ -182,7 +191,8 @@ NUMERIC: dict[str, Judging] = {
         _m("fp32 gradients counted beside the 16-bit ones: 2 + 2 + 4 + 12", _k(20)), slips="B"),
     "05.predict.flushed_share": _within(
         "%", 0.10,
-        _m("none: fp16's subnormals reach 6e-8, but gradients scaled this small fall below even them", _k(0.0)),
+        _m("none: fp16's subnormals reach far below its normal range, but gradients scaled this small fall "
+           "below even them", _k(0.0)),
         _m("most of them: below fp16's normal range is not zero; subnormals keep many", _k(75.0), spread=1.5),
         slips="%"),
     "05.predict.state_bytes_8bit": _within(
@@ -211,7 +221,7 @@ NUMERIC: dict[str, Judging] = {
         "min", 0.20,  # the optimum is flat, but not so flat that forgetting the 2 passes
         _m("forgot the 2 in sqrt(2CM)", _k(math.sqrt(YOUNG_C * YOUNG_M) / 60)),
         _m("the 2 outside the root: 2 sqrt(CM), not sqrt(2CM)", _k(2 * math.sqrt(YOUNG_C * YOUNG_M) / 60)),
-        _m("once per mean time between failures: each failure then loses half an hour on average",
+        _m("once per mean time between failures: each failure then loses half an interval of work on average",
            _k(YOUNG_M / 60)),
         _m("Young's interval in seconds, where minutes were asked", _k(math.sqrt(2 * YOUNG_C * YOUNG_M))),
         slips="min"),
@@ -224,9 +234,10 @@ NUMERIC: dict[str, Judging] = {
         _m("every step before the kill, as a restart from scratch", _k(RC_KILL_STEP)), slips=COUNT),
     "07.predict.hbm_over_ssd": _within(
         "x", 0.5,  # prices vary by source and date: right within a half
-        _m("the memory chips' own price ratio (about 100x): a GB of HBM comes with the whole GPU's price",
+        _m("the memory chips' own price ratio: a GB of HBM comes with the whole GPU's price",
            _k(100.0), spread=3.0),
-        _m("HBM priced like ordinary DRAM (about 10x SSD): no one sells HBM alone", _k(10.0), spread=3.0),
+        _m("HBM priced like ordinary DRAM: no one sells HBM alone, a GB of it comes with a GPU", _k(10.0),
+           spread=3.0),
         _m("the ratio upside down: SSD's price over HBM's", lambda ratio: 1 / ratio)),
     "07.predict.dram_read_fmas": _within(
         "", 0.15,  # a ratio of two published energies
@@ -234,7 +245,7 @@ NUMERIC: dict[str, Judging] = {
            _k(_han("dram_read_32bit") / _han("fp32_multiply"))),
         _m("the add alone: a multiply-add also pays for the multiply, the dearer half",
            _k(_han("dram_read_32bit") / _han("fp32_add"))),
-        _m("an 8 KB SRAM read, not a DRAM read: off-chip costs over a hundred times more",
+        _m("an 8 KB SRAM read, not a DRAM read: going off-chip is what costs",
            _k(_han("sram_read_32bit_8kb") / (_han("fp32_add") + _han("fp32_multiply")))), slips=COUNT),
     "08.predict.stall_cut": _within(
         "%", 0.15,  # a simulated share
@@ -245,21 +256,10 @@ NUMERIC: dict[str, Judging] = {
         "",
         _m("4 bits, as 4-bit weights sufficed in notebook 05: an ADC reads a column's sum of 128 products, "
            "which spans more levels than one weight", _k(4)),
-        _m("8 bits, as digital int8 inference: the analog noise already blurs the lowest bits", _k(8)),
+        _m("8 bits, as digital int8 inference: the analog noise already blurs the lowest bits, so fewer do",
+           _k(8)),
         _m("all the sweep offers: extra ADC bits below the noise buy nothing", _k(10)), slips=COUNT),
 }
-
-# A choice's likely wrong answers: what the learner thought, by the option chosen.
-CHOICES: dict[str, dict[str, str]] = {
-    "01.predict.largest_category": {
-        "optimizer": "Adam's two moments are the largest model state (8 of 16 B/param), but activations grow "
-                     "with batch x sequence x layers, and this step's batch and sequence are large for its size",
-        "parameters": "the weights are 4 of fp32 AdamW's 16 B/param: the optimizer's moments alone are twice "
-                      "them, and activations grow with batch x sequence",
-        "gradients": "gradients are the size of the weights (4 B/param), a quarter of the model states",
-    },
-}
-
 
 def judging(key: str | None) -> Judging | None:
     """The registered judging of numeric prediction ``key``, or None (no key, or not a numeric prediction)."""
@@ -272,8 +272,3 @@ def named(key: str | None, guess: float, right: float, rel_tol: float) -> str:
     if rules is None:
         return ""
     return next((m.name for m in rules.mistakes if m.matches(guess, right, rel_tol)), "")
-
-
-def choice_mistake(key: str | None, chosen: str) -> str:
-    """What choosing ``chosen`` (a wrong option) most likely means, or ""."""
-    return CHOICES.get(key or "", {}).get(chosen, "")

@@ -14,9 +14,10 @@ import math
 
 from labkit.errors import LabkitError
 from labkit.teach import journal
+from labkit.teach.choice_mistakes import choice_mistake, claim_mistake
 from labkit.teach.diagnose import diagnose, named_mistake, same_text
 from labkit.teach.feedback import Feedback
-from labkit.teach.prediction_mistakes import choice_mistake, judging, named
+from labkit.teach.prediction_mistakes import judging, named
 from labkit.teach.predictions import NO_GUESS, PASS, answer_for_key, commit, predict, registered, state
 
 DEFAULT_REL_TOL = 0.10
@@ -95,7 +96,7 @@ def reveal(prediction: str | None, measured: dict[str, float], question: str = "
     if name is None:
         return _refused(key, question, f"prediction must be one of {', '.join(measured)} (got {prediction!r})")
     ok = name == largest
-    why = "" if ok else choice_mistake(key, name)
+    why = choice_mistake(key, name, largest)
     why = f" Likely mistake: {why}." if why else ""
     note = _judged(key, name, ok, why.strip(), truth=largest)
     return Feedback(ok, f"{'Right' if ok else f'Wrong: you said {name}'}. {answer}{why}{note}", why.strip())
@@ -192,14 +193,18 @@ def reveal_claims(guesses: dict[str, object], truths: dict[str, bool], *, key: s
             return _refused(key, "the claims")
         return Feedback(False, "You passed: no guess.\n" + "\n".join(f"{k}: {'yes' if t else 'no'}"
                                                                       for k, t in truths.items()))
-    lines, right = [], 0
+    lines, right, whys = [], 0, []
     for claim, truth in truths.items():
         guess = said[claim]
         hit = guess is not None and guess == bool(truth)
         right += hit
         mine = "no guess" if guess is None else ("you said yes" if guess else "you said no")
         mark = "right" if hit else "-" if guess is None else "wrong"
-        lines.append(f"{claim}: {'yes' if truth else 'no'} ({mine}: {mark})")
+        why = claim_mistake(key, claim, guess, bool(truth))
+        whys += [why] if why else []
+        why_text = f". Likely mistake: {why}." if why else ""
+        lines.append(f"{claim}: {'yes' if truth else 'no'} ({mine}: {mark}){why_text}")
     lines.append(f"{right} of {len(truths)} right.")
-    note = _judged(key, said, right == len(truths), truth={k: bool(v) for k, v in truths.items()})
-    return Feedback(right == len(truths), "\n".join(lines) + note)
+    diagnosis = "; ".join(whys)
+    note = _judged(key, said, right == len(truths), diagnosis, truth={k: bool(v) for k, v in truths.items()})
+    return Feedback(right == len(truths), "\n".join(lines) + note, diagnosis)
