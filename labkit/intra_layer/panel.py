@@ -53,7 +53,8 @@ class TensorParallelPanel(Panel):
         one_held = one.weight_bytes + one.bias_bytes + one.activation_bytes
         text = (f"{fit_html(True, g.label)}: {held / 1e6:,.1f} MB per device for one MLP block "
                 f"({one_held / held:.1f}x less than one device), communication {1e3 * c.seconds(link):.2f} ms "
-                f"over {link.name} in {c.messages()} messages (predicted, 16-bit)")
+                f"over {link.name}: {len(c.calls())} collective calls, {c.messages()} sequential ring messages "
+                f"(predicted, 16-bit)")
         if where.spills:
             text += (f"<br>{p} GPUs do not fit one {asked.name} domain of {where.domain}: the group's traffic "
                      f"crosses {link.name}, the link between servers")

@@ -353,7 +353,8 @@ plots.memory_bars({k: v.per_device_bytes for k, v in scaled.items() if "one GPU"
 # A popular wish: fine-tune all weights of Llama-2 7B on one RTX 4090 (sold as a
 # "24 GB" card), in 16-bit mixed precision with Adam, at micro-batch 1 and with full
 # recompute.
-# **Predict first: how many GB does one step need?**
+# **Predict first: how many GB do its model states and saved activations come to?** (The
+# table's `total`; the step's peak, with the optimizer's temporaries, is printed beside it.)
 
 # %%
 predicted_gb_7b = None  # your guess, in GB (1e9 bytes)

@@ -99,7 +99,10 @@ predicted_keeps_fewest = {"1d": None, "2.5d": None, "3d": None}  # "yes" or "no"
 # %% [markdown]
 # One MLP block (Linear h→4h, GeLU, Linear 4h→h), forward and backward, on 4 and on 8
 # real processes (measured), beside labkit's count of the same algorithm (predicted).
-# Bytes per device, fp32; `calls` counts collectives:
+# Bytes per device, fp32; `calls` counts collective calls (one all-reduce is one call). The
+# design panel below also counts each call's sequential ring **messages**, the steps the
+# link model charges a latency for: a ring all-reduce over P ranks is 2(P - 1) of them, an
+# all-gather or a reduce-scatter P - 1.
 
 # %%
 runs4 = multidim.run_modes(4, [{"mode": "1d"}, {"mode": "2d"}])
@@ -136,10 +139,12 @@ print("activation bytes per device on 8 devices (measured):",
 print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]))
 
 # %% [markdown]
-# The price is in collectives (the `calls` column): 1D issues two all-reduces per block in
-# forward; 2D's SUMMA issues 2q
-# broadcasts or reduces per matrix multiply, three multiplies per layer; and the grid
-# modes move blocks of the weights as well as of the activations.
+# The price is in collectives (the `calls` column). 1D issues one all-reduce per MLP block in
+# forward and one in backward (a whole transformer layer, its attention block included, makes
+# Megatron's four). 2D's SUMMA issues 2q broadcasts or reduces per matrix multiply, three
+# multiplies per linear layer (one in forward, two in backward) and two linear layers per
+# block, plus one all-reduce per bias gradient; and the grid modes move blocks of the weights
+# as well as of the activations.
 #
 # ## 5 · Scale: which mode wins, and where
 #
@@ -158,7 +163,7 @@ print(f"{a100.name}: NVLink domain of {a100.nvlink_domain_gpus} GPUs")
 print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, a100, ib))
 
 # %% [markdown]
-# Inside one NVLink domain (up to 8 GPUs) communication is a few per cent of compute.
+# Inside one NVLink domain (up to 8 GPUs) communication is a small share of compute.
 # Over InfiniBand it is a large share already at 8 GPUs, and past the domain, where
 # NVLink no longer reaches, it exceeds compute: at 16 and 64 devices the GPUs wait
 # longer than they compute. This is what Narayanan et al. (SC 2021, section 3.3,
