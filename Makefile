@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lab: $(STAMP)
-	@$(BIN)/python -m labkit.course copies --dst my-labs
+	@$(BIN)/python -m labkit.course update --dst my-labs
 	@$(MAKE) -s serve DIR=my-labs
 
 instructor: $(STAMP)

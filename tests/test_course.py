@@ -135,3 +135,32 @@ def test_requires_python_admits_311_to_313():
 
     spec = tomllib.loads((LABS.parent / "pyproject.toml").read_text())["project"]["requires-python"]
     assert spec == ">=3.11,<3.14"
+
+
+def test_make_lab_runs_update_which_first_makes_the_copies_then_adds_new_versions_beside(tmp_path):
+    """`make lab` must never overwrite a student's copy and must bring a changed notebook beside it."""
+    makefile = (LABS.parent / "Makefile").read_text()
+    lab = makefile.split("\nlab:", 1)[1].split("\n\n", 1)[0]
+    assert "-m labkit.course update --dst my-labs" in lab and " copies " not in lab
+    src, dst = tmp_path / "labs", tmp_path / "my-labs"
+    src.mkdir()
+    original = json.loads((LABS / "05_data_reduction.ipynb").read_text())
+    (src / "05_x.ipynb").write_text(json.dumps(original))
+
+    def update() -> str:
+        out = subprocess.run([sys.executable, "-m", "labkit.course", "update", "--src", str(src), "--dst", str(dst)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "1 new, 0 kept" in update()  # the first run makes the copy
+    mine = dst / "05_x.ipynb"
+    work = mine.read_text().replace('"source": [', '"source": ["# my note\\n", ', 1)
+    mine.write_text(work)
+    assert "0 newer versions" in update()  # same version: nothing beside it
+    original["cells"][1]["source"] = "# fixed"
+    (src / "05_x.ipynb").write_text(json.dumps(original))
+    assert "1 newer versions" in update()
+    assert mine.read_text() == work  # the student's file untouched, byte for byte
+    (beside,) = [p for p in dst.glob("05_x.v*.ipynb")]
+    assert json.loads(beside.read_text())["cells"][1]["source"] == "# fixed"
