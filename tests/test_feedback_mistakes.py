@@ -128,7 +128,8 @@ def test_a_prediction_names_its_listed_mistake_before_any_unit_slip():
 
 
 def test_notebook_predictions_with_listed_mistakes_list_two_or_more():
-    """Every reveal_number call that lists mistakes lists at least two, none equal to another."""
+    """Every reveal_number call that still lists mistakes lists at least two (the registry,
+    labkit.teach.prediction_mistakes, holds every prediction's own: tests/test_prediction_mistakes.py)."""
     import ast
     from pathlib import Path
 
@@ -140,4 +141,4 @@ def test_notebook_predictions_with_listed_mistakes_list_two_or_more():
                 if listed is not None:
                     calls += 1
                     assert isinstance(listed, ast.Dict) and len(listed.keys) >= 2, (path.name, node.lineno)
-    assert calls >= 6
+    assert calls >= 0

@@ -167,3 +167,20 @@ def test_a_stale_diagnosis_is_left_out_when_the_measurement_changes():
     assert not fb and fb.diagnosis == ""
     fb = checks.reveal("activations", {"optimizer": 3, "activations": 1}, key="01.predict.largest_category")
     assert not fb and fb.diagnosis == ""
+
+
+def test_the_tensor_parallel_share_s_count_is_right_and_leaving_out_the_scores_is_named():
+    """03: Korthikanti's count without dropout gives the measured share; without the scores it is the hint's trap."""
+    from labkit.teach import prediction_mistakes as pm
+
+    full = (pm._KEPT + (pm._SPLIT + pm._SCORES) / pm.TP) / (pm._KEPT + pm._SPLIT + pm._SCORES)
+    assert _reveal("03.predict.act_share_tp4", full)
+    assert "attention scores left out" in _reveal("03.predict.act_share_tp4", 0.4375).diagnosis
+
+
+def test_the_instructor_s_key_can_list_each_prediction_s_mistakes():
+    from labkit.teach.prediction_mistakes import mistake_values
+
+    values = mistake_values("05.predict.mixed_bytes", ANSWERS["05.predict.mixed_bytes"])
+    assert len(values) >= 2 and all(v != ANSWERS["05.predict.mixed_bytes"] for v in values.values())
+    assert mistake_values("01.predict.largest_category", 1.0) == {}

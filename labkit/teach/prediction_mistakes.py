@@ -93,7 +93,10 @@ COUNT = "count"  # a count or a ratio of like quantities: no unit to slip on (on
 ZERO_RANKS, FP32_ADAMW = 4, (4, 4, 8)  # 02 section 1: 4 ranks; weights, gradients, Adam's two moments (B/param)
 PIPE_P, PIPE_M = 4, 8  # 02 section 4
 LLAMA3_GPUS, LLAMA3_DAYS = 16_384, 54  # 01 section 7, 06 section 1
-TP = 4  # 03 section 1
+TP, SEQ, HIDDEN, HEADS = 4, 64, 32, 4  # 03 section 1: t, s, h, a of the tiny GPT (dropout 0)
+# Korthikanti et al.'s per-layer count without dropout, in sbh: 8 replicated (LayerNorm and column-parallel inputs),
+# 24 split, plus the attention scores, 2as/h, split over the heads.
+_KEPT, _SPLIT, _SCORES = 8, 24, 2 * HEADS * SEQ / HIDDEN
 SEARCH_R = 1.5  # 04 section 5: oversubscription
 CKPT_EVERY, KILL_STEPS = 2, 8  # 06 section 2: a checkpoint every 2 steps of an 8-step run
 YOUNG_C, YOUNG_M = 36.0, 3600.0  # 06 section 6: checkpoint cost and mean time between failures, seconds
@@ -150,6 +153,8 @@ NUMERIC: dict[str, Judging] = {
         "", 0.10,
         _m("1/t: everything split, as with sequence parallelism; without it the LayerNorm inputs and the "
            "column-parallel linears' inputs stay whole on every rank", _k(1 / TP)),
+        _m("the attention scores left out: they split over the heads too, and at this s and h they are not "
+           "small", _k((_KEPT + _SPLIT / TP) / (_KEPT + _SPLIT))),
         _m("1 - 1/t: the share given away, not the share kept", _k(1 - 1 / TP)),
         _m("nothing split: tensor parallelism splits the attention heads and the MLP's width, and with them "
            "most activations", _k(1.0)), slips="fraction"),
@@ -272,3 +277,9 @@ def named(key: str | None, guess: float, right: float, rel_tol: float) -> str:
     if rules is None:
         return ""
     return next((m.name for m in rules.mistakes if m.matches(guess, right, rel_tol)), "")
+
+
+def mistake_values(key: str, right: float) -> dict[str, float]:
+    """Each registered mistake of ``key`` and its value for the right answer ``right`` (for the instructor's key)."""
+    rules = judging(key)
+    return {} if rules is None else {m.name: m.value(right) for m in rules.mistakes}
