@@ -23,6 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
+PLAYWRIGHT = "playwright"
+ROOT = Path(__file__).resolve().parent.parent
+# The notebooks the browser test runs: 00 is the course guide (no panel, no prediction), left to nbval.
+BROWSER_NOTEBOOKS = tuple(sorted(p.name for p in (ROOT / "labs").glob("0[1-9]*.ipynb")))
+
+
+def browser_missing() -> str:
+    """Why the browser test cannot run here ("" when it can): Debian's Chromium or playwright is missing."""
+    import importlib.util
+
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} not found: the browser test needs Debian's Chromium (apt-get install chromium)"
+    if importlib.util.find_spec(PLAYWRIGHT) is None:
+        return ("the browser test needs playwright (pip install -e '.[test]'); it drives /usr/bin/chromium, "
+                "no browser download")
+    return ""
 
 # Without the background-networking flags Chromium keeps dialling Google on a closed network.
 CHROMIUM_ARGS = (
@@ -79,10 +95,12 @@ def lab_env(home: Path) -> dict[str, str]:
 
 
 @contextmanager
-def lab_server(notebooks: Path, home: Path, startup_s: float = 120) -> Iterator[LabServer]:
+def lab_server(notebooks: Path, home: Path, startup_s: float = 120,
+               env: dict[str, str] | None = None) -> Iterator[LabServer]:
     """Serve ``notebooks`` with JupyterLab on 127.0.0.1, a free port and a fresh token; stop it afterwards.
 
     ``--LabApp.expose_app_in_browser`` puts the app on ``window.jupyterapp`` so the test can run commands.
+    ``env`` adds variables the server and its kernels see (the journal's and the answer sink's paths).
     """
     settings = home / "settings"
     for name, value in LAB_SETTINGS.items():
@@ -95,7 +113,7 @@ def lab_server(notebooks: Path, home: Path, startup_s: float = 120) -> Iterator[
            f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
            f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={home / 'workspaces'}"]
     log = (home / "lab.log").open("wb")
-    proc = subprocess.Popen(cmd, cwd=notebooks, env=lab_env(home), stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=notebooks, env=lab_env(home) | (env or {}), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -267,4 +285,17 @@ JS_CELL_OUTPUT = """(index) => {
   const outs = panel.content.widgets[index].node.querySelectorAll('.jp-OutputArea-output');  // not the prompt
   const text = Array.from(outs).map((o) => o.innerText.trim()).join('\\n');
   return {count: cell.executionCount, state: cell.executionState, text};
+}"""
+
+# Every code cell of the open notebook: its index, its source, and the text its outputs show on the page.
+JS_CELL_TEXTS = """() => {
+  const panel = window.__labkit.panel;
+  const found = [];
+  panel.content.widgets.forEach((cell, index) => {
+    if (cell.model.type !== 'code') return;
+    const outs = cell.node.querySelectorAll('.jp-OutputArea-output');  // not the prompt
+    const output = Array.from(outs).map((o) => o.innerText).join('\\n');
+    found.push({index, source: cell.model.sharedModel.getSource(), output});
+  });
+  return found;
 }"""

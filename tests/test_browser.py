@@ -1,13 +1,20 @@
-"""The lab in a real browser: each notebook opened in JupyterLab in headless Chromium, run, its panel touched.
+"""The lab in a real browser: each student copy opened in JupyterLab in headless Chromium, run, its panel touched.
 
 One JupyterLab server on 127.0.0.1 (free port, token) and one Chromium page serve every
-notebook in turn, on copies so the committed notebooks stay as they are. For each notebook
-the test clears the saved outputs (saved widget state renders without a kernel), runs all
-cells, waits for the kernel, and checks: no error in any cell or from the kernel; the
-widget panel rendered live (ipywidgets' JupyterLab extension active, a slider or dropdown
-present, a figure drawn in the panel's output); and a changed control redraws the panel.
+notebook in turn. The notebooks are the student copies ``make lab`` gives a learner
+(:func:`labkit.course.copies.make_student_copies`: outputs and widget state cleared, every
+guess None), so Run All is the learner's no-guess path. For each notebook the test runs all
+cells, waits for the kernel, and checks: no error in any cell or from the kernel; no reveal
+gives its answer or a verdict, the journal says "no guess" for each registered prediction,
+and no answer shows above its reveal (tests/reveal_checks.py, read from the page); the widget
+panel rendered live (ipywidgets' JupyterLab extension active, a slider or dropdown present, a
+figure drawn in the panel's output) and a changed control redraws it; then a cell the learner
+adds commits every right answer, and the journal keeps each as "after reveal", not right.
 A second test answers an exercise as a learner does, in a cell typed into notebook 01 and
 run, and reads the feedback the page shows: unanswered, wrong (one hint step), then right.
+
+This is also what tests/test_run_all.py checks without a browser; where this test can run,
+that one skips the notebooks run here, so CI runs each notebook twice (nbval and here), not three times.
 
 Needs Debian's Chromium (``apt-get install chromium``) and the ``playwright`` package of the
 test extra; without either the test is skipped. No browser is downloaded.
@@ -15,6 +22,7 @@ test extra; without either the test is skipped. No browser is downloaded.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -22,10 +30,12 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import (
+    BROWSER_NOTEBOOKS,
     CHROMIUM,
     CHROMIUM_ARGS,
     JS_ADD_CELL,
     JS_CELL_OUTPUT,
+    JS_CELL_TEXTS,
     JS_DONE,
     JS_EDIT_AND_RUN,
     JS_ERRORS,
@@ -36,13 +46,15 @@ from browser_helpers import (
     JS_PROGRESS,
     JS_RUN_ALL,
     LabServer,
+    browser_missing,
     copy_notebooks,
     lab_server,
     panel_selector,
 )
+from reveal_checks import check_nothing_revealed, check_recorded, commit_source
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted(p.name for p in (ROOT / "labs").glob("0[1-9]*.ipynb"))  # 00 is the course guide: no panel
+NOTEBOOKS = list(BROWSER_NOTEBOOKS)  # 00 is the course guide: no panel, no prediction
 RUN_TIMEOUT_S = int(os.environ.get("LABKIT_BROWSER_RUN_S", "240"))  # per notebook, all cells; more on a busy host
 REDRAW_TIMEOUT_S = 60  # one control changed, kernel answered
 CHANGE_TRIES = 6
@@ -50,22 +62,32 @@ SETTLE_S = 5
 ANSWER_TIMEOUT_S = 120  # a fresh kernel starts, imports labkit and answers one cell
 EXERCISE = "01.zero_stage"  # smallest ZeRO stage for 7.5B parameters under 20 GB per GPU on 64: stage 2
 
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} not found: the browser test needs Debian's Chromium (apt-get install chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the browser test needs playwright (pip install "
-                               "-e '.[test]'); it drives /usr/bin/chromium, no browser download")
+if browser_missing():
+    pytest.skip(browser_missing(), allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason=browser_missing() or "playwright.sync_api")
 
 TIMES: dict[str, tuple[float, float]] = {}  # notebook: seconds to run all cells, seconds in all
 ANSWER_TIMES: list[float] = []  # seconds of the exercise test, kernel start included
+
+
+JOURNAL = "labkit-journal.jsonl"  # beside labs/ in the lab's home: every kernel of the server appends to it
+SINK = "answers.jsonl"  # what each reveal knew ($LABKIT_ANSWER_SINK), as in the instructor's build
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     home = tmp_path_factory.mktemp("lab")
     copy_notebooks(ROOT / "labs", home / "labs")
-    with lab_server(home / "labs", home) as server:
+    env = {"LABKIT_JOURNAL": str(home / JOURNAL), "LABKIT_ANSWER_SINK": str(home / SINK)}
+    with lab_server(home / "labs", home, env=env) as server:
         yield server
+
+
+def _answers(lab: LabServer, notebook: str) -> dict[str, object]:
+    """The answers the reveals of ``notebook`` ("01") knew, by key (the sink is shared by all notebooks)."""
+    sink = lab.root.parent / SINK
+    lines = sink.read_text().splitlines() if sink.is_file() else []
+    return {a["key"]: a["answer"] for a in map(json.loads, lines) if a["key"].startswith(notebook + ".")}
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +168,9 @@ def _change_a_control(page: object, index: int) -> dict:
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_in_the_browser_and_its_panel_reacts(page: object, name: str) -> None:
+def test_notebook_runs_in_the_browser_and_its_panel_reacts(lab: LabServer, page: object, name: str) -> None:
+    """Run All on the student copy: no error, nothing revealed, "no guess" journaled; the panel redraws;
+    right answers committed afterwards are "after reveal"."""
     start = time.monotonic()
     ran = float("nan")
     try:
@@ -161,6 +185,10 @@ def test_notebook_runs_in_the_browser_and_its_panel_reacts(page: object, name: s
                         f"{page.evaluate(JS_PROGRESS)}")
         ran = time.monotonic() - start
         assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
+        notebook, journal_file = name[:2], lab.root.parent / JOURNAL
+        answers = _answers(lab, notebook)
+        check_nothing_revealed(notebook, page.evaluate(JS_CELL_TEXTS), answers)
+        check_recorded(notebook, journal_file, answers, committed=False)
 
         try:  # the widget views draw a moment after the kernel is done
             page.wait_for_function(f"() => ({JS_FIND_PANELS})().some((p) => p.figures > 0)",
@@ -176,6 +204,12 @@ def test_notebook_runs_in_the_browser_and_its_panel_reacts(page: object, name: s
         changed = change["after"]["figures"] and change["after"]["figures"] != change["before"]["figures"]
         assert changed, (f"{name}: the panel's figure was not redrawn after its controls changed; it shows "
                          f"{change['after']['text'][:300]!r} (an exception in a callback goes to the kernel's log)")
+
+        if answers:  # the learner, having seen the measurements below the reveals, commits the right answers
+            cell = page.evaluate(JS_ADD_CELL, "")
+            shown = _answer(page, cell, commit_source(answers))
+            assert shown.startswith(f"committed {len(answers)} answers"), shown
+            check_recorded(notebook, journal_file, answers, committed=True)
     finally:
         TIMES[name] = (ran, time.monotonic() - start)
         _close(page)
