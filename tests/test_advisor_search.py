@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labkit.advisor import costing, footprint, search
+from labkit.advisor import costing, footprint, refine
 from labkit.advisor.costing import GOALS, Layout
 from labkit.advisor.rules import RULES
 from labkit.advisor.search import advise, evaluate, layouts
@@ -137,7 +137,7 @@ def test_properties_of_any_search(case):
     metrics = [p.metric(goal) for p in a.kept]
     n = len(a.ties())  # near-ties first, simplest first; then best first
     assert metrics[n:] == sorted(metrics[n:]) and all(m <= min(metrics) * 1.03 + 1e-15 for m in metrics[:n])
-    assert [search.complexity(p.layout) for p in a.kept[:n]] == sorted(search.complexity(p.layout)
+    assert [refine.complexity(p.layout) for p in a.kept[:n]] == sorted(refine.complexity(p.layout)
                                                                         for p in a.kept[:n])
     for p in a.rejected:
         assert not p.feasible and p.reason and p.rule in RULES

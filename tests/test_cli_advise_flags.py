@@ -77,6 +77,19 @@ CASES = [
                      "interleaved", "--chunks", "2"], "chunks must divide the 7 layers of a pipeline stage"),
     (LLAMA, ["--chunks", "0"], "chunks must be a positive integer"),
     (LLAMA, ["--calibration", "/nonexistent/calibration.toml"], "calibration"),
+    # context parallelism
+    (LLAMA, ["--cp", "0"], "cp must be a positive integer (got 0)"),
+    (LLAMA, ["--cp", "-2"], "cp must be a positive integer"),
+    (LLAMA, ["--cp", "1.5"], "cp must be a positive integer"),
+    (LLAMA, ["--cp", "two"], "cp must be a positive integer"),
+    (LLAMA, ["--seq", "4096", "--cp", "3"],
+     "cp must split the 4096 positions into 2 x cp equal chunks (Megatron's causal load balance): one of 1, 2, 4"),
+    (LLAMA, ["--seq", "4000", "--cp", "32"], "cp must split the 4000 positions into 2 x cp equal chunks"),
+    (LLAMA, ["--cp", "2", "--attention", "explicit"], "cp must be 1 with --attention explicit: context parallelism "
+     "runs attention as a ring of fused blocks"),
+    (LLAMA, ["--cp", "2", "--attention", "eager"], "cp must be 1 with --attention explicit"),
+    (EXACT, ["--pp", "1", "--cp", "2"], "dp x tp x pp x cp must equal --gpus 16 (got 2 x 8 x 1 x 2 = 32)"),
+    (LLAMA, ["--cp", "32"], "cp must divide the 16 GPUs: one of 1, 2, 4, 8, 16 (got 32)"),
 ]
 
 

@@ -10,23 +10,28 @@ from labkit.shapes import ModelShape
 
 __all__ = ["FIT_RULES", "RULES", "layout_problem", "memory_problems", "option_problem", "shortfall"]
 
-RULES = ("gpus", "tp-heads", "tp-node", "pp-layers", "memory", "host-dram", "nvme", "batch", "schedule",
+RULES = ("gpus", "tp-heads", "tp-node", "pp-layers", "cp-seq", "memory", "host-dram", "nvme", "batch", "schedule",
          "zero-pipeline", "offload")
 FIT_RULES = ("memory", "host-dram", "nvme")  # broken by size alone: a bigger machine would close the gap
 
 
-def layout_problem(shape: ModelShape, lay: Layout, mc: Machine) -> tuple[str, str]:
-    """(rule, why) a layout cannot be built at all, whatever its options; ("", "") when it can."""
+def layout_problem(shape: ModelShape, lay: Layout, mc: Machine, seq: int = 0) -> tuple[str, str]:
+    """(rule, why) a layout cannot be built at all, whatever its options; ("", "") when it can. ``seq`` (default
+    the shape's) must split into 2 x cp equal chunks under context parallelism (Megatron's causal load balance)."""
     dev, node = mc.cluster.device, mc.cluster.gpus_per_node
     name = "NVLink" if dev.nvlink else "PCIe"
     if dev.nvlink:  # the NVLink/NVSwitch domain: the host's where it says, else the GPU's (8 on a DGX)
         node = min(node, mc.host.nvlink_domain_gpus or dev.nvlink_domain_gpus)
     if lay.gpus != mc.cluster.n_gpus:
-        return "gpus", f"dp x tp x pp = {lay.gpus}, not the {mc.cluster.n_gpus} GPUs of the cluster"
+        cp = " x cp" if lay.cp > 1 else ""
+        return "gpus", f"dp x tp x pp{cp} = {lay.gpus}, not the {mc.cluster.n_gpus} GPUs of the cluster"
     if shape.heads % lay.tp:
         return "tp-heads", f"tp={lay.tp} does not divide the {shape.heads} attention heads"
     if lay.tp > node:
         return "tp-node", f"tp={lay.tp} crosses the {node}-GPU {name} domain of a node"  # over the network
+    seq = seq or shape.seq
+    if lay.cp > 1 and seq % (2 * lay.cp):
+        return "cp-seq", f"cp={lay.cp} does not split the {seq} positions into 2 x cp equal chunks"
     try:
         lay.stage_layers(shape.layers)
     except LabkitError as err:

@@ -33,10 +33,10 @@ from labkit import hardware
 from labkit.advisor import costing, footprint, pricing
 from labkit.advisor.costing import GOALS, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
+from labkit.advisor.refine import TIE_WITHIN, simpler_first, valid_extras, variants
 from labkit.advisor.rules import FIT_RULES, layout_problem, memory_problems, option_problem, shortfall
 from labkit.errors import LabkitError, divisors, require_choice, require_limit, require_positive
 from labkit.hardware import GB
-from labkit.predict import attention as attn
 from labkit.predict.estimate import RECOMPUTE
 from labkit.predict.profiles import DEFAULT_FRAMEWORK
 from labkit.shapes import ModelShape, model_shape
@@ -45,9 +45,12 @@ MICRO_BATCHES = (1, 2, 4, 8)
 SEARCHED = ("dp", "tp", "pp", "micro_batch", "zero_stage", "recompute", "offload", "precision", "optimizer_bits")
 # searched around the best plans (``variants``) unless the caller fixes them; the stage split only when given
 FIXED_ONLY = ("schedule", "chunks", "sp", "attention", "first_stage_layers", "last_stage_layers")
-# Plans within 3% of the best are shown as ties: the step-time model matches published runs to about 15%
-# (Narayanan et al., SC 2021, Table 1, tests/test_advisor_calibration.py), so a smaller gap is not a ranking.
-TIE_WITHIN = 0.03
+# Plans within 3% of the best are shown as ties (``refine.TIE_WITHIN``): the step-time model matches published runs
+# to about 10-15% (Narayanan et al., SC 2021, Table 1, ``reference_sets``), so a smaller gap is not a ranking.
+# context parallelism is searched from this sequence length on (Megatron-Core's documentation recommends it for
+# long sequences, where activations grow with s), over these degrees (each dividing the GPUs, seq in 2 cp chunks)
+CP_FROM_SEQ = 8192
+CP_DEGREES = (1, 2, 4, 8)
 REFINED = 24  # the best plans around which schedule, chunks, sequence parallelism and attention are searched
 
 
@@ -60,7 +63,7 @@ def evaluate(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: Ma
 
     ``priced`` times and prices a rejected layout too (``feasible`` stays False, with the reason): a layout
     the caller gave is always priced, so they see what it would cost if it fitted."""
-    rule, why = layout_problem(shape, lay, mc)
+    rule, why = layout_problem(shape, lay, mc, seq)
     if rule:
         return Plan(lay, False, why, rule)
     m = costing.microbatches(global_batch, lay)
@@ -103,6 +106,16 @@ def layouts(n_gpus: int, global_batch: int, micro_batches: tuple[int, ...] = MIC
             out += ([(dp, tp, pp, b) for b in micro_batches if global_batch % (dp * b) == 0]
                     or [(dp, tp, pp, micro_batches[0] if len(micro_batches) == 1 else 1)])
     return out
+
+
+def cp_degrees(n_gpus: int, seq: int, fixed: dict) -> tuple[int, ...]:
+    """The context-parallel degrees searched: the caller's, else ``CP_DEGREES`` that divide the GPUs and split
+    ``seq`` into 2 x cp chunks when ``seq >= CP_FROM_SEQ`` and the attention is fused, else 1 alone."""
+    if "cp" in fixed:
+        return (fixed["cp"],)
+    if seq < CP_FROM_SEQ or fixed.get("attention", "fused") == "explicit":
+        return (1,)
+    return tuple(c for c in CP_DEGREES if n_gpus % c == 0 and seq % (2 * c) == 0)
 
 
 def _options() -> list[tuple[int, str, str, str, int]]:
@@ -200,9 +213,10 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
         raise LabkitError(f"goal greenest needs energy figures: {pricing.energy_missing(mc)}; GPUs with them: "
                           f"{', '.join(with_figures)}")
     fixed = dict(fixed or {})
-    unknown = sorted(set(fixed) - set(SEARCHED) - set(FIXED_ONLY))
+    unknown = sorted(set(fixed) - set(SEARCHED) - set(FIXED_ONLY) - {"cp"})
     if unknown:
-        raise LabkitError(f"fixed must name layout fields ({', '.join(SEARCHED + FIXED_ONLY)}) (got {unknown})")
+        raise LabkitError(f"fixed must name layout fields ({', '.join(SEARCHED + ('cp',) + FIXED_ONLY)}) "
+                          f"(got {unknown})")
     extras = {k: fixed[k] for k in FIXED_ONLY if k in fixed}
     exact = None
     if all(k in fixed for k in ("dp", "tp", "pp")):
@@ -211,11 +225,12 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))
                and (o[3] != "fp8" or fixed.get("precision") == "fp8")]
     sizes = (fixed["micro_batch"],) if "micro_batch" in fixed else MICRO_BATCHES
-    for dp, tp, pp, b in layouts(mc.cluster.n_gpus, global_batch, sizes):
+    for cp, (dp, tp, pp, b) in ((c, d) for c in cp_degrees(mc.cluster.n_gpus, seq, fixed)
+                                 for d in layouts(mc.cluster.n_gpus // c, global_batch, sizes)):
         if any(fixed.get(k, v) != v for k, v in (("dp", dp), ("tp", tp), ("pp", pp))):
             continue
-        first = Layout(dp, tp, pp, b, **_valid_extras(extras, pp))
-        rule, why = layout_problem(shape, first, mc)
+        first = Layout(dp, tp, pp, b, **valid_extras(extras, pp), cp=cp)
+        rule, why = layout_problem(shape, first, mc, seq)
         if rule:
             rejected.append(Plan(first, False, why, rule))
             continue
@@ -240,43 +255,3 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     misses = [exact] if exact is not None and exact.rule in FIT_RULES else []
     misses += [] if kept else [p for p in adv.nearest_misses() if p is not exact]
     return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses), framework=mc.profile.name)
-
-
-def variants(shape: ModelShape, lay: Layout, fixed: dict) -> list[Layout]:
-    """``lay`` with the choices searched around the best plans (those the caller did not fix): the attention
-    kernel, sequence parallelism (tp > 1) and the interleaved schedule with the fewest chunks that divide
-    every stage (pp > 1). Each only adds memory to the defaults, so plans rejected for memory need none."""
-    atts = [lay.attention] if "attention" in fixed else list(attn.KINDS)
-    sps = [lay.sp] if "sp" in fixed or lay.tp == 1 else [True, False]
-    scheds = [(lay.schedule, lay.chunks)]
-    if lay.pp > 1 and not {"schedule", "chunks"} & set(fixed):
-        counts = lay.stage_layers(shape.layers)
-        v = next((v for v in range(2, min(counts) + 1) if all(n % v == 0 for n in counts)), 0)
-        scheds += [("interleaved", v)] if v else []
-    return [replace(lay, attention=a, sp=sp, schedule=sc, chunks=c) for a in atts for sp in sps for sc, c in scheds
-            if (a, sp, sc, c) != (lay.attention, lay.sp, lay.schedule, lay.chunks)]
-
-
-def complexity(lay: Layout) -> tuple:
-    """What a plan asks of its user, least first: 8-bit states, offload, parallel dimensions, ZeRO stage,
-    recompute, interleaving, no sequence parallelism, explicit attention. Near-ties go to the simpler plan."""
-    return (lay.optimizer_bits == 8, lay.offload != "none", sum(d > 1 for d in (lay.dp, lay.tp, lay.pp)),
-            lay.zero_stage, lay.recompute != "none", lay.chunks, not lay.sp, lay.attention != "fused")
-
-
-def simpler_first(ranked: list[Plan], goal: str, within: float = TIE_WITHIN) -> list[Plan]:
-    """``ranked`` (best first) with the plans tied with the best (within ``within``) ordered simplest first."""
-    if not ranked:
-        return ranked
-    best = ranked[0].metric(goal)
-    ties = [p for p in ranked if p.metric(goal) <= best * (1 + within)]
-    return sorted(ties, key=lambda p: (complexity(p.layout), p.metric(goal))) + ranked[len(ties):]
-
-
-def _valid_extras(extras: dict, pp: int) -> dict:
-    """The caller's schedule and stage choices, dropped where a searched layout has no pipeline to apply them to."""
-    if pp > 1:
-        return extras
-    drop = {"first_stage_layers", "last_stage_layers"}
-    drop |= {"schedule", "chunks"} if extras.get("schedule") == "interleaved" else set()
-    return {k: v for k, v in extras.items() if k not in drop}

@@ -13,13 +13,25 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
   parallelism turns each into a reduce-scatter and an all-gather of the same bytes (Korthikanti
   et al. 2022, section 4.2.2). Not overlapped: Megatron-LM's all-reduces sit between dependent
   GEMMs;
+* context parallelism over c GPUs (Megatron-Core's context parallelism; Liu et al., "Ring Attention",
+  2023): each GPU holds s/c of every sequence, so every b s h figure above and below is b (s/c) h;
+  attention runs as a ring: in each layer's forward the K and V blocks of s/c positions go round
+  the c GPUs, c - 1 sends of 2 b (s/c) kv_dim e / t bytes from each GPU, and the backward sends K, V
+  and their gradients dK, dV (twice the bytes), again for the forward recompute repeats (selective or
+  full). Overlap rule (``CP_OVERLAP``): each send is issued before the attention of the block in hand
+  (Transformer Engine's ring, which Megatron-Core runs; Liu et al. section 3), so a step exposes only
+  what its send takes beyond one block's attention (1/c of the layer's); a profile that sets
+  ``overlap_cp = False`` exposes every send. A ring that spans nodes crosses them one GPU per port, as
+  the pipeline's sends do;
 * pipeline parallelism: per micro-batch and model chunk, one activation forward and one gradient
   backward between neighbouring stages, b s h / t each with Megatron's scatter/gather over the
   t links of a node (Narayanan et al. 2021, section 4.1), then an all-gather over NVLink; not
   overlapped;
-* data parallelism, once per step after the pipeline flushes (Narayanan et al. 2021, section
-  3.3.2: "data parallelism only needs to perform expensive all-reduce communication once per
-  batch"): a ring all-reduce of the gradients (2 (d-1)/d x 2 Psi/(t p) bytes), not overlapped.
+* data parallelism (over d x c GPUs with context parallelism: the gradients of every sequence's
+  c pieces are reduced together, Megatron-Core's data-parallel-with-context group), once per step
+  after the pipeline flushes (Narayanan et al. 2021, section 3.3.2: "data parallelism only needs
+  to perform expensive all-reduce communication once per batch"): a ring all-reduce of the
+  gradients (2 (d-1)/d x 2 Psi/(t p) bytes), not overlapped.
   ZeRO-1 moves the same bytes (reduce-scatter, then all-gather of parameters). ZeRO-2 in
   DeepSpeed reduce-scatters the gradients after every micro-batch's backward, overlapped with that
   backward ("overlap_comm"), and all-gathers the updated parameters once per step. ZeRO-3
@@ -45,7 +57,8 @@ from labkit.predict.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile
 
 ADAM_BYTES = {32: 4 * 2 + 4 * 2 + 4 * 2, 8: 4 * 2 + 1 * 2 + 1 * 2}  # master, m, v read and written (8-bit: m, v)
 DEFAULT = PROFILES[DEFAULT_FRAMEWORK]
-TIMES = ("compute", "bubble", "tp", "pp", "dp", "optimizer", "offload")
+TIMES = ("compute", "bubble", "tp", "cp", "pp", "dp", "optimizer", "offload")
+CP_OVERLAP = True  # every profile's ring overlaps its sends with the blocks' attention unless it says otherwise
 
 
 def tp_seconds(shape, seq: int, lay, link: Link, e: int, hidden_behind_s: float = 0.0) -> float:
@@ -56,6 +69,19 @@ def tp_seconds(shape, seq: int, lay, link: Link, e: int, hidden_behind_s: float 
     count = 4 + (2 if lay.recompute == "full" else 0)
     comm = count * shape.layers / lay.pp * coll.all_reduce(e * lay.micro_batch * seq * shape.hidden, lay.tp, link)
     return max(0.0, comm - hidden_behind_s) if hidden_behind_s else comm
+
+
+def cp_seconds(shape, seq: int, lay, link: Link, e: int, attention_s: float, prof: Profile = DEFAULT) -> float:
+    """Exposed ring exchange of one micro-batch on one stage's ``max(stage_layers)`` layers (module text):
+    ``attention_s`` is one layer's forward attention on this GPU (all c blocks), ``seq`` the whole sequence."""
+    if lay.cp == 1:
+        return 0.0
+    send = transfer_time(2 * e * lay.micro_batch * seq / lay.cp * shape.kv_hidden / lay.tp, link)
+    hidden = attention_s / lay.cp if getattr(prof, "overlap_cp", CP_OVERLAP) else 0.0
+    forward = (lay.cp - 1) * max(0.0, send - hidden)
+    backward = (lay.cp - 1) * max(0.0, 2 * send - 2 * hidden)  # K, V and dK, dV; the backward's attention is 2x
+    again = forward if lay.recompute != "none" else 0.0
+    return max(lay.stage_layers(shape.layers)) * (forward + backward + again)
 
 
 def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int, sync_s: float = 0.0) -> float:
@@ -72,8 +98,8 @@ def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_we
                backward_s: float, micro_batch_s: float = 0.0, prof: Profile = DEFAULT) -> tuple[float, float]:
     """(bytes moved, exposed seconds) of the data-parallel traffic of one step for the layout's ZeRO stage,
     with the overlap the framework achieves (``profiles``): ``backward_s`` and ``micro_batch_s`` are one
-    micro-batch's backward and whole kernels."""
-    d = lay.dp
+    micro-batch's backward and whole kernels. The group is dp x cp GPUs (module text)."""
+    d = lay.dp * getattr(lay, "cp", 1)
     if d == 1:
         return 0.0, 0.0
     grads, weights = e_grad * params_per_gpu, e_weight * params_per_gpu

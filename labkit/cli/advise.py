@@ -4,7 +4,7 @@ The shape is a preset or a shipped config (``--model``, ``--hf-config``; ``--seq
 positions) or given whole (``--layers --hidden --heads --vocab --seq``, with ``--ffn``, ``--kv-heads``,
 ``--gated``, ``--untied`` and ``--norm rms|layer`` for Llama-style shapes). A layout given whole (``--dp
 --tp --pp``, with ``--micro-batch --zero --recompute --schedule --chunks --offload --precision --sp
---attention --first-stage-layers --last-stage-layers`` taking their defaults when left out) is priced
+--attention --first-stage-layers --last-stage-layers --cp`` taking their defaults when left out) is priced
 exactly as given and comes first, feasible or not; a partial one fixes what it gives and the search
 fills the rest. ``--framework`` names the software profile, ``--network``/``--network-ports`` the link
 between hosts, ``--tokens`` a whole run, ``--calibration`` a file measured on the GPU. Every plan prints
@@ -26,7 +26,7 @@ from labkit.predict.attention import attention_kind
 from labkit.predict.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.shapes import ModelShape
 
-LAYOUT_INTS = ("dp", "tp", "pp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")
+LAYOUT_INTS = ("dp", "tp", "pp", "cp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")
 CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
            "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32", "fp8"), "sp": ("on", "off")}
 
@@ -72,6 +72,15 @@ def _layout(a: argparse.Namespace, shape: ModelShape, batch: int) -> dict:
         fixed["sp"] = fixed["sp"] == "on"
     if a.attention is not None:
         fixed["attention"] = attention_kind(a.attention)
+    cp = fixed.get("cp", 1)
+    if cp > 1 and fixed.get("attention") == "explicit":
+        raise LabkitError(f"cp must be 1 with --attention explicit: context parallelism runs attention as a ring of "
+                          f"fused blocks (Megatron-Core, in Transformer Engine's fused attention); use --attention "
+                          f"fused (got cp={cp})")
+    if shape.seq % (2 * cp):
+        allowed = _divisors(shape.seq // 2) if shape.seq % 2 == 0 else "1"
+        raise LabkitError(f"cp must split the {shape.seq} positions into 2 x cp equal chunks (Megatron's causal load "
+                          f"balance): one of {allowed} (got {cp})")
     if shape.heads % fixed.get("tp", 1):
         raise LabkitError(f"tp must divide the {shape.heads} attention heads: one of {_divisors(shape.heads)} "
                           f"(got {fixed['tp']})")
@@ -99,14 +108,16 @@ def _layout(a: argparse.Namespace, shape: ModelShape, batch: int) -> dict:
 
 def _gpus(a: argparse.Namespace, fixed: dict) -> int:
     whole = all(k in fixed for k in ("dp", "tp", "pp"))
-    product = fixed["dp"] * fixed["tp"] * fixed["pp"] if whole else None
+    cp = fixed.get("cp", 1)
+    product = fixed["dp"] * fixed["tp"] * fixed["pp"] * cp if whole else None
     if a.gpus is None:
-        return product or 8
+        return product or 8 * cp
     gpus = parse_int("gpus", a.gpus)
     if product is not None and product != gpus:
-        raise LabkitError(f"dp x tp x pp must equal --gpus {gpus} (got {fixed['dp']} x {fixed['tp']} x "
-                          f"{fixed['pp']} = {product})")
-    for name in ("dp", "tp", "pp"):
+        names, values = ("dp x tp x pp x cp", [*map(str, (fixed["dp"], fixed["tp"], fixed["pp"])), str(cp)]) \
+            if cp > 1 else ("dp x tp x pp", [str(fixed[k]) for k in ("dp", "tp", "pp")])
+        raise LabkitError(f"{names} must equal --gpus {gpus} (got {' x '.join(values)} = {product})")
+    for name in ("dp", "tp", "pp", "cp"):
         if name in fixed and gpus % fixed[name]:
             raise LabkitError(f"{name} must divide the {gpus} GPUs: one of {_divisors(gpus)} (got {fixed[name]})")
     return gpus
@@ -169,14 +180,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_shape_flags(adv)
     adv.add_argument("--kv-heads", dest="kv_heads", help="key/value heads of grouped-query attention (custom shape)")
     adv.add_argument("--gpu", default="A100-80GB", help="a GPU of the catalogue (default A100-80GB)")
-    adv.add_argument("--gpus", help="GPU count (default: dp x tp x pp when all three are given, else 8)")
+    adv.add_argument("--gpus", help="GPU count (default: dp x tp x pp x cp when dp, tp, pp are given, else 8)")
     adv.add_argument("--host", help="a host of the catalogue (default: the first built with the GPU)")
     adv.add_argument("--gpus-per-node", dest="gpus_per_node", help="GPUs per host (default: the host's slots)")
     adv.add_argument("--batch", help="global batch, in sequences")
     adv.add_argument("--goal", default="fastest", help="fit, fastest, cheapest, greenest")
     adv.add_argument("--headroom", default="0.1", help="share of GPU memory kept free (default 0.1, i.e. 10%%)")
     for flag, what in (("dp", "data-parallel GPUs"), ("tp", "tensor-parallel GPUs (divides the heads)"),
-                       ("pp", "pipeline stages (divides the layers)"), ("micro-batch", "sequences per micro-batch"),
+                       ("pp", "pipeline stages (divides the layers)"),
+                       ("cp", "context-parallel GPUs sharing each sequence (Megatron-Core's ring attention; fused "
+                        "attention; the sequence splits into 2 x cp chunks; searched from 8,192 positions)"),
+                       ("micro-batch", "sequences per micro-batch"),
                        ("chunks", "model chunks per GPU, v, of the interleaved schedule"),
                        ("first-stage-layers", "layers on the first pipeline stage (with --pp; Megatron's "
                         "--decoder-first-pipeline-num-layers)"),

@@ -34,7 +34,12 @@ alone, from the shapes, so that the bubble and the collectives (``steptime``) ca
 * backward does twice the forward's GEMM FLOPs and moves about twice its bytes (the weight- and
   input-gradient GEMMs, and the element-wise ops' gradients read saved inputs as well);
 * each kernel launch costs ``LAUNCH_S`` = 4 us, an assumption (a launch costs microseconds): it
-  only shows at tiny shapes.
+  only shows at tiny shapes;
+* context parallelism over ``cp`` GPUs (Megatron-Core's context parallelism; Liu et al., "Ring
+  Attention", 2023) gives each GPU s/cp of the sequence: its GEMMs and element-wise kernels run on
+  b s/cp rows, and its attention on s/cp queries against all s keys (the K/V blocks come round the
+  ring), 1/cp of the s x s products. Only the fused kernel runs in the ring (``steptime`` prices the
+  K/V exchange).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from labkit.errors import LabkitError
 from labkit.hardware import Device, roofline_time
 from labkit.shapes import ModelShape
 
@@ -92,15 +98,16 @@ def stream_seconds(nbytes: float, dev: Device) -> float:
 @lru_cache(maxsize=4096)
 def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
                 sp: bool = False, flash: bool = False, launch_s: float = KERNELS_PER_LAYER * LAUNCH_S,
-                gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "") -> LayerTimes:
+                gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "", cp: int = 1) -> LayerTimes:
     """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
     ``launch_s`` (the layer's launch and dispatch seconds) and ``gemm_efficiency`` (the share of the dense
     peak its GEMMs reach) are a framework's (``labkit.predict.profiles``); ``gemm_dtype`` the GEMMs' rate (fp8,
-    tf32; default ``dtype``), with 1-byte operands at fp8."""
+    tf32; default ``dtype``), with 1-byte operands at fp8; ``cp`` the context-parallel GPUs sharing the sequence
+    (fused attention only)."""
     g, gd = gemm_efficiency, gemm_dtype or dtype
     ge = 1 if gd == "fp8" else (4 if dtype == "fp32" else 2)
     e = 4 if dtype == "fp32" else 2
-    rows, h, t = micro_batch * seq, shape.hidden, tp
+    rows, h, t = micro_batch * seq / cp, shape.hidden, tp
     kv, ffn = shape.kv_hidden, shape.ffn_size
     gemm = gemm_seconds(rows, (h + 2 * kv) / t, h, dev, gd, ge, efficiency=g)  # QKV
     gemm += gemm_seconds(rows, h, h / t, dev, gd, ge, efficiency=g)  # attention output projection
@@ -108,7 +115,10 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
     gemm += gemm_seconds(rows, h, ffn / t, dev, gd, ge, efficiency=g)  # MLP down
     heads, d = micro_batch * shape.heads / t, h // shape.heads
     if flash:
-        attention = kernel_seconds(4.0 * heads * seq * seq * d, 0.0, dev, dtype, FLASH_EFFICIENCY)
+        attention = kernel_seconds(4.0 * heads * seq / cp * seq * d, 0.0, dev, dtype, FLASH_EFFICIENCY)
+    elif cp > 1:
+        raise LabkitError(f"cp must be 1 with explicit attention: the context-parallel ring runs the fused kernel "
+                          f"(got cp={cp})")
     else:
         attention = gemm_seconds(seq, seq, d, dev, dtype, e, count=2 * heads)  # QK^T and scores @ V
         attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
@@ -119,9 +129,10 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
 
 @lru_cache(maxsize=1024)
 def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
-                   gemm_efficiency: float = GEMM_EFFICIENCY) -> float:
-    """Forward of the output layer (h x V GEMM, split over tp) on the last pipeline stage, one micro-batch."""
-    return gemm_seconds(micro_batch * seq, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2,
+                   gemm_efficiency: float = GEMM_EFFICIENCY, cp: int = 1) -> float:
+    """Forward of the output layer (h x V GEMM, split over tp) on the last pipeline stage, one micro-batch
+    (its s/cp rows under context parallelism)."""
+    return gemm_seconds(micro_batch * seq / cp, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2,
                         efficiency=gemm_efficiency)
 
 
@@ -132,14 +143,14 @@ def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: in
                   sp: bool = False, flash: bool = False, recompute: str = "none",
                   launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
                   gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True,
-                  gemm_dtype: str = "") -> dict[str, float]:
+                  gemm_dtype: str = "", cp: int = 1) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
     the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022).
     ``layers`` is that stage's layer count (default: an even split, layers / pp); ``logits`` whether it holds
-    the output layer (the last stage does)."""
-    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype)
+    the output layer (the last stage does); ``cp`` the context-parallel GPUs sharing the sequence."""
+    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype, cp)
     per_stage = shape.layers / pp if layers is None else layers
-    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency) if logits else 0.0
+    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency, cp) if logits else 0.0
     again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]
     return {"forward": per_stage * lt.forward + logits, "backward": per_stage * lt.backward + 2 * logits,
             "recompute": per_stage * again}
