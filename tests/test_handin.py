@@ -26,6 +26,7 @@ def _restart(monkeypatch):
     """What a kernel restart leaves: the journal file, and nothing held in the kernel."""
     checks.reset_attempts()
     monkeypatch.setattr(journal, "SESSION", "restarted")
+    monkeypatch.setattr(journal, "_HEADS", {})
 
 
 def student_states(psi, tp, pp, dp, zero_stage):  # a student's own correct answer, not the key's text
@@ -79,6 +80,7 @@ def test_scripted_student_through_notebook_01(tmp_path, monkeypatch):
     assert data["notebooks"] == ["01"] and data["labkit_version"]
     sessions = {e["session"] for e in data["entries"]}
     assert "restarted" in sessions and len(sessions) == 2
+    assert data["summary"]["journal"] == {"lines": len(data["entries"]), "breaks": []}  # the chain held the restart
 
     rows = collect(tmp_path / "class")
     assert len(rows) == 1 and rows[0]["flags"] == "", rows[0]["flags"]
@@ -127,6 +129,7 @@ def test_a_stored_verdict_that_labkit_does_not_give_is_flagged(tmp_path, monkeyp
     checks.export_answers(tmp_path / "class" / "dan.json", student="dan")
     rows = collect(tmp_path / "class", rerun_code=False)
     assert "01.bytes_per_param: stored right for 18" in rows[0]["flags"]
+    assert "journal line 1 (01.bytes_per_param, try) was edited" in rows[0]["flags"]
 
 
 def test_collect_names_a_bad_folder(tmp_path):

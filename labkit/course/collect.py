@@ -2,9 +2,10 @@
 
 ``collect(folder)`` reads each ``*.json`` under the folder as JSON (never anything else: no
 pickle, no import), checks that its summary is the one its journal lines give and that its
-digest holds (:mod:`labkit.teach.handin`), re-grades what labkit can (:mod:`labkit.course.regrade`),
-and writes ``class.csv`` (one row per student, the columns of :data:`COLUMNS`) and
-``class.json`` (every student's items and flags).
+digest holds (:mod:`labkit.teach.handin`), that its journal's hash chain is whole
+(:func:`labkit.teach.journal.verify`: a line deleted, moved or edited before the export),
+re-grades what labkit can (:mod:`labkit.course.regrade`), and writes ``class.csv`` (one row per
+student, the columns of :data:`COLUMNS`) and ``class.json`` (every student's items and flags).
 """
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ def integrity_flags(data: dict) -> list[str]:
     if len(entries) != len(lines):
         flags.append(f"{len(lines) - len(entries)} journal lines are not journal entries")
     summary = handin.summarise(entries, data.get("notebooks"))
-    if summary != data.get("summary"):
+    stored = data.get("summary")
+    if isinstance(stored, dict) and "journal" not in stored:  # a hand-in exported before the journal's chain
+        summary.pop("journal")
+    if summary != stored:
         flags.append("summary does not match its journal lines (edited by hand?)")
     if handin.digest(lines, data.get("summary")) != data.get("digest"):
         flags.append("digest does not match the file (edited after export?)")
@@ -85,7 +89,7 @@ def check_handin(data: dict, rerun_code: bool = True, timeout_s: float = 120.0) 
     """Every flag of one hand-in, and the summary recomputed from its lines (what the table counts)."""
     entries = journal.parse([json.dumps(x) for x in data.get("entries", []) if isinstance(x, dict)])
     summary = handin.summarise(entries, data.get("notebooks"))
-    flags = integrity_flags(data)
+    flags = integrity_flags(data) + summary["journal"]["breaks"]  # a line deleted, moved or edited before export
     found = regrade.exercise_flags(entries) + regrade.prediction_flags(entries) + regrade.design_flags(entries)
     if rerun_code:
         found += regrade.coding_flags(summary, timeout_s)[0]

@@ -6,7 +6,9 @@ coding exercise by whether it was ever right and in how many tries; a design tas
 it was ever met, with the panel settings that met it; the capstone by its best plan.
 
 A hand-in carries its journal lines, the summary computed from them and a SHA-256 digest of
-both, so :mod:`labkit.course.collect` can recompute the summary and notice a hand-edited one.
+both, so :mod:`labkit.course.collect` can recompute the summary and notice a hand-edited one. The
+summary also says whether the journal's hash chain holds (``journal.breaks``, from
+:func:`labkit.teach.journal.verify`): a line deleted, moved or edited before the export shows there.
 The digest is tamper-evidence against editing the file, not a secret: collect also re-grades
 every answer it can against labkit's own model.
 """
@@ -74,7 +76,8 @@ def summarise(entries: list[journal.Entry], notebooks: list[str] | None = None) 
         mine = [v for v in items.values() if v["kind"] == kind]
         totals[kind] = {"answered": sum(v["tries"] > 0 for v in mine), "right": sum(v["ever_right"] for v in mine),
                         "tries": sum(v["tries"] for v in mine)}
-    return {"notebooks": books, "totals": totals, "items": items}
+    return {"notebooks": books, "totals": totals, "items": items,
+            "journal": {"lines": len(entries), "breaks": journal.verify(entries)}}
 
 
 def digest(entries: list[dict], summary: dict) -> str:
