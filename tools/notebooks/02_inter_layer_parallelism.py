@@ -181,8 +181,9 @@ print(report.bubble_formula_table(cases))
 # Timing the runs above would say little: a stage of the tiny GPT computes for about a
 # millisecond, about what one message and Python's bookkeeping cost. So a wider GPT
 # (`bubble.MODEL`, below) trains on **2 ranks**, one per core of this machine (4 ranks
-# would share 2 cores and could never run at once), with stages that compute for tens
-# of milliseconds. Each schedule runs 4 steps in one process group; the first warms up,
+# would share 2 cores and could never run at once), with actions that compute several
+# times longer than a message costs (the `one action` column: each forward or backward's
+# median). Each schedule runs 4 steps in one process group; the first warms up,
 # the other 3 are repeats. Three figures per schedule, median and (min-max) over the
 # repeats:
 #
@@ -211,8 +212,12 @@ print(report.bubble_results_table(bubbles))
 # stage computed: messages, Python and gloo between actions, and the other processes
 # on these 2 cores. It changes from run to run (the ranges show by how much), and on a
 # busy machine it can hide the formula's trend altogether: compare the formula with the
-# replayed column, not with the measured one. The inequality holds in every repeat of
-# every schedule:
+# replayed column, not with the measured one. Interleaving pays most in the measured
+# column: with v = 2 each rank runs twice as many actions, each about half as long (the
+# `one action` column), and sends twice as many messages, so the fixed cost between
+# actions, which neither the formula nor the replay counts, is a larger share of its step.
+# That is the price section 6 names for GPUs too (v times as many sends), here made large
+# by a CPU's slow messages. The inequality holds in every repeat of every schedule:
 
 # %%
 print("measured >= replayed in every repeat of every schedule:",
