@@ -9,7 +9,7 @@ from labkit.cli import main
 from labkit.errors import LabkitError
 from labkit.hardware import gpu
 from labkit.hardware.calibration import FORMAT, RATES, load, save
-from labkit.measure.calibrate import calibrate
+from labkit.measure.calibrate import GRID, calibrate
 from labkit.shapes.hf_models import small_spec
 
 
@@ -27,7 +27,7 @@ def test_the_file_is_valid_and_every_figure_positive_and_finite(measured):
     assert back == cal
     figures = [getattr(back, r) for r in RATES] + list(back.attention_flops.values()) + \
         [s["flops_per_s"] for s in back.gemm_shapes]
-    assert len(back.gemm_shapes) == 5 and set(back.attention_flops) == {"eager", "sdpa"}
+    assert len(back.gemm_shapes) == 5 + len(GRID) and set(back.attention_flops) == {"eager", "sdpa"}
     assert all(math.isfinite(x) and x > 0 for x in figures)
 
 

@@ -59,7 +59,8 @@ def test_llama2_7b_does_not_fit_a_24gb_card(capsys):
     assert out["fits"] is False
     assert out["device_bytes"] == 24564 * 2**20  # true capacity, as nvidia-smi reports it
     assert out["judged_on"] == "predicted whole-step peak"
-    assert out["headroom_bytes"] == pytest.approx(out["device_bytes"] - out["step_peak"]["bytes"])
+    assert out["usable_bytes"] < out["device_bytes"]  # what torch can allocate: the catalogue's rule on this card
+    assert out["headroom_bytes"] == pytest.approx(out["usable_bytes"] - out["step_peak"]["bytes"])
     assert out["step_peak"]["bytes"] > out["per_device_bytes"]["total"]  # the step's temporaries on top
 
 
@@ -170,7 +171,7 @@ def test_advise_text_shows_plans_and_reasons(capsys):
     assert main([*GPT3_ADVISE, "--top", "2"]) == 0
     text = capsys.readouterr().out
     assert "plans kept" in text and "GB/GPU" in text and "step s" in text
-    assert "crosses the 8-GPU NVLink domain" in text and "needs 2,876.4 GB per GPU" in text
+    assert "crosses the 8-GPU NVLink domain" in text and "needs 2,877.9 GB per GPU" in text
 
 
 ADVISE_BAD = [

@@ -5,7 +5,15 @@ micro-batches and the interleaved schedule a little more, Narayanan et al. 2021)
 does not model itself: 8-bit Adam moments (``reduction.design.optimizer_state_bytes``, Dettmers et al.,
 ICLR 2022) and offload, whose bytes come from ``labkit.predict.offload_model`` (``costing.offload_model``).
 Uneven pipeline stages are bounded by pricing every stage as the largest (``stages``); an FP8 layout
-keeps the states of bf16 mixed precision (Transformer Engine casts to FP8 per GEMM).
+keeps the states of bf16 mixed precision (Transformer Engine casts to FP8 per GEMM). Context parallelism
+over cp GPUs divides each GPU's activations by cp (each holds s/cp of the sequence).
+
+Fit is judged on ``total``: the GPU's predicted whole-step peak (``labkit.predict.sharded_peak``: the
+states and activations above, plus the loss's fp32 logits and their gradients on the last stage split
+over tp, the largest layer's backward transients, the fused AdamW's temporaries (none: Megatron-LM and
+DeepSpeed step with fused Adam kernels) and cuBLAS's workspaces), not on states + activations
+(``states_plus_activations``, kept beside it). The machine's headroom (``advisor.machine``) stays the
+margin for the caching allocator and the CUDA context.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from functools import lru_cache
 from labkit.advisor.costing import Layout, offload_model
 from labkit.predict import offload_model as om
 from labkit.predict.estimate import TrainingSetup, estimate_memory
+from labkit.predict.sharded_peak import ShardedStep, sharded_peak
 from labkit.reduction.design import optimizer_state_bytes
 from labkit.shapes import ModelShape
 
@@ -48,5 +57,10 @@ def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]
         mem["gradients"] = mem["optimizer"] = 0.0
         mem["dram"] = mdl.host_bytes_per_param * psi * scale / n
         mem["nvme"] = mdl.nvme_bytes_per_param * psi * scale / n
-    mem["total"] = sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
+    mem["activations"] /= getattr(lay, "cp", 1)
+    mem["states_plus_activations"] = sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
+    step = ShardedStep(shape, lay.micro_batch, seq, mem["parameters"], mem["gradients"], mem["optimizer"],
+                       mem["activations"], lay.tp, lay.pp, getattr(lay, "cp", 1), lay.seq_parallel,
+                       "fp32" if lay.states == "fp32" else "bf16-mixed")
+    mem["total"] = sharded_peak(step).peak
     return mem

@@ -39,7 +39,8 @@ def run(a: argparse.Namespace) -> int:
                     progress=lambda what: print(f"calibrate: {what}", file=sys.stderr))
     path = save(cal, a.out)
     print(f"{cal.machine}, torch {cal.torch}, {cal.date}")
-    print(f"GEMM {cal.gemm_flops / 1e12:.3f} TFLOP/s ({cal.dtype}, median of {len(cal.gemm_shapes)} shapes); "
+    print(f"GEMM {cal.gemm_flops / 1e12:.3f} TFLOP/s ({cal.dtype}, a step's forward and backward GEMMs "
+          f"over {len(cal.gemm_shapes)} shapes); "
           f"attention eager {cal.attention_flops['eager'] / 1e12:.3f}, sdpa {cal.attention_flops['sdpa'] / 1e12:.3f} "
           f"TFLOP/s; element-wise {cal.memory_bandwidth / 1e9:.1f} GB/s; launch {cal.launch_s * 1e6:.1f} us; "
           f"AdamW {cal.adamw_s_per_param * 1e9:.2f} ns per parameter")

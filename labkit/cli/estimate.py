@@ -160,8 +160,11 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
     out["step_peak"] = peak
     if device is not None:
         cap, which = _capacity(a, device)
-        headroom = cap - (per_device["total"] if peak is None else peak["bytes"])
-        out |= {"gpu": device.name, "capacity": which, "device_bytes": cap, "fits": headroom >= 0,
+        usable = device.usable_memory_bytes if which == "true" else cap  # what torch can allocate of it
+        headroom = usable - (per_device["total"] if peak is None else peak["bytes"])
+        out |= {"gpu": device.name, "capacity": which, "device_bytes": cap, "usable_bytes": usable,
+                "usable_source": device.usable_source if which == "true" else "the nominal capacity",
+                "fits": headroom >= 0,
                 "headroom_bytes": headroom, "judged_on": "model states + activations" if peak is None else
                 "predicted whole-step peak", "step_time": step_time(a, ts, device)}  # fmt: skip
     return out

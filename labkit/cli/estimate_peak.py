@@ -15,15 +15,17 @@ from typing import Any
 from labkit.predict.allocator import reserve_share
 from labkit.predict.attention import torch_name
 from labkit.predict.estimate import MemoryEstimate, TrainingSetup, step_shape
+from labkit.predict.sharded_peak import ShardedStep, sharded_peak
 from labkit.predict.step_peak import step_peak
 from labkit.shapes import ModelShape
 
 
 def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup,
                    est: MemoryEstimate) -> dict[str, Any] | None:
-    """The step's predicted peak as plain data (bytes), or None for a sharded layout (tp, pp or ZeRO)."""
+    """The step's predicted peak as plain data (bytes): one GPU's share under tp, pp or ZeRO
+    (``labkit.predict.sharded_peak``), else the whole step term by term (``labkit.predict.step_peak``)."""
     if ts.tp * ts.pp != 1 or ts.zero_stage:
-        return None
+        return _sharded(ts, est)
     precision = "fp32" if ts.precision == "fp32" else "bf16-mixed"
     if getattr(a, "hf_config", None) and ts.recompute == "none":
         from labkit.predict.step_inputs import hf_step_shape
@@ -42,6 +44,23 @@ def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup,
             "terms": {t.name: t.bytes for t in peak.phases[peak.phase] if t.bytes},
             "reserve_bytes": peak.reserve.bytes, "optimizer": "the lab's AdamW (single-tensor; fp32 master "
             "weights in mixed precision)"}
+
+
+def _sharded(ts: TrainingSetup, est: MemoryEstimate) -> dict[str, Any]:
+    """One GPU's predicted step peak for a sharded layout: the memory model's states and activations per GPU
+    (ZeRO, Rajbhandari et al. 2020; Korthikanti et al. 2022) and the step's transients, split as the layout
+    splits them; the lab's AdamW over this GPU's shard."""
+    pd = est.per_device_bytes
+    precision = "fp32" if ts.precision == "fp32" else "bf16-mixed"
+    shard = est.params / (ts.tp * ts.pp * (ts.dp if ts.zero_stage >= 1 else 1))
+    step = ShardedStep(ts.shape, ts.micro_batch, ts.seq_len, pd["parameters"], pd["gradients"], pd["optimizer"],
+                       pd["activations"], ts.tp, ts.pp, 1, ts.sp, precision, "lab", shard)
+    peak = sharded_peak(step, reserve_share())
+    return {"bytes": peak.peak, "phase": peak.phase, "by_phase": peak.by_phase,
+            "activations_from": "Korthikanti et al.'s terms per GPU (labkit.predict.estimate), sharded",
+            "terms": {t.name: t.bytes for t in peak.phases[peak.phase] if t.bytes},
+            "reserve_bytes": peak.reserve.bytes, "optimizer": "the lab's AdamW over this GPU's shard "
+            f"({shard:,.0f} parameters; fp32 master weights in mixed precision)"}
 
 
 def step_time(a: argparse.Namespace, ts: TrainingSetup | None, device) -> dict[str, Any] | None:
@@ -77,6 +96,10 @@ def peak_lines(out: dict[str, Any], unit: float, u: str) -> list[str]:
     if "gpu" in out:
         where = (f"{out['gpu']} ({out['capacity']} capacity: {out['device_bytes'] / 2**30:.1f} GiB = "
                  f"{out['device_bytes'] / 1e9:.1f} GB)")
+        if out["usable_bytes"] != out["device_bytes"]:
+            measured = "measured" if not out["usable_source"].startswith("rule") else "by the catalogue's rule"
+            lines.append(f"usable by torch: {out['usable_bytes'] / 1e9:,.2f} GB ({measured}; the margin below is "
+                         f"judged on it)")
         gap = abs(out["headroom_bytes"]) / unit
         judged = f"judged on the {out['judged_on']}"
         lines.append(f"fits on {where}: yes, {gap:,.1f} {u} to spare ({judged})" if out["fits"] else

@@ -53,11 +53,37 @@ class Calibration:
                        memory_bandwidth=self.memory_bandwidth / self.memory_efficiency,
                        source=f"labkit calibrate on {self.machine}, {self.date}, torch {self.torch}")
 
-    def host_device(self, memory_bytes: int = 0) -> Device:
-        """This machine as a device of its own (a CPU has no catalogue entry): the measured rates only; a kernel
-        in another dtype (the step-time model's element-wise kernels default to bf16) runs at the measured one's."""
+    def gemm_rate(self, m: float, n: float, k: float) -> float:
+        """FLOP/s of a GEMM's forward and backward at (m x k) @ (k x n), read off the measured shapes: interpolated
+        in log-log on the weight's size k x n between the nearest two measured (the rate on a CPU falls as the
+        weight outgrows its caches: 60-90 GFLOP/s for 0.25-1 M weights, 23 for GPT-2's 39 M output layer, on this
+        course's VM), the nearest one's beyond them; the file's ``gemm_flops`` when it holds no shapes."""
+        pts = sorted((s["k"] * s["n"], 6.0 * s["m"] * s["n"] * s["k"]
+                      / (s["seconds"] + s.get("backward_seconds", 2 * s["seconds"]))) for s in self.gemm_shapes)
+        if not pts:
+            return self.gemm_flops
+        size = k * n
+        if size <= pts[0][0]:
+            return pts[0][1]
+        for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
+            if size <= s1:
+                t = math.log(size / s0) / math.log(s1 / s0) if s1 > s0 else 1.0
+                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
+        return pts[-1][1]
+
+    def device_for(self, base: Device, gemms: list[tuple[float, float, float, float]]) -> Device:
+        """:meth:`device` with the GEMM rate of one model's step: ``gemms`` is (m, n, k, count) of its GEMMs,
+        their FLOPs over the seconds each takes at :meth:`gemm_rate` (a harmonic, FLOP-weighted mean)."""
+        flops = sum(2.0 * m * n * k * c for m, n, k, c in gemms)
+        seconds = sum(2.0 * m * n * k * c / self.gemm_rate(m, n, k) for m, n, k, c in gemms)
+        return replace(self, gemm_flops=flops / seconds).device(base) if seconds > 0 else self.device(base)
+
+    def host_device(self, memory_bytes: int = 0, gemms: list | None = None) -> Device:
+        """This machine as a device of its own (a CPU has no catalogue entry): the measured rates only (with
+        ``gemms``, one model's GEMM rate, :meth:`device_for`); a kernel in another dtype (the step-time model's
+        element-wise kernels default to bf16) runs at the measured one's."""
         base = Device(self.machine, (), memory_bytes, "host", 0.0, {}, None, "none", 0.0, 0.0, None, "")
-        dev = self.device(base)
+        dev = self.device_for(base, gemms) if gemms else self.device(base)
         return replace(dev, peak_flops=dict.fromkeys(("fp32", "bf16", "fp16"), dev.peak_flops[self.dtype]))
 
     def to_json(self) -> dict:
@@ -89,6 +115,12 @@ def from_json(raw: object) -> Calibration:
     shapes = raw.get("gemm_shapes", [])
     if not isinstance(shapes, list) or not all(isinstance(s, dict) for s in shapes):
         raise LabkitError("calibration field gemm_shapes must be a list of objects")
+    for i, sh in enumerate(shapes):
+        for key in ("m", "n", "k", "seconds", *(("backward_seconds",) if "backward_seconds" in sh else ())):
+            value = sh.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise LabkitError(f"calibration field gemm_shapes[{i}].{key} must be a positive finite number "
+                                  f"(got {value!r})")
     if any(r > 1 for r in (rates["gemm_efficiency"], rates["memory_efficiency"])):
         raise LabkitError("calibration fields gemm_efficiency and memory_efficiency must be shares in (0, 1]")
     return Calibration(raw["machine"], raw["device_kind"], raw["torch"], raw["date"], raw["dtype"],

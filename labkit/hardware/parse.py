@@ -7,6 +7,7 @@ allowed; unknown fields are refused, except documentary ones (``*_source``, ``*_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -32,6 +33,7 @@ _KEYS = {
     "gpu": _BASE | _PRICE | {"memory_gb", "memory_type", "memory_bandwidth_gbps",
                              "nvlink", "pcie", "tdp_w", "price_usd", "cloud_usd_per_hour",
                              "memory_energy_pj_per_bit", "memory_mib", "memory_mib_source",
+                             "usable_bytes", "usable_bytes_source",
                              "nvlink_domain_gpus", "nvlink_domain_source"},
     "link": _BASE | {"kind", "bandwidth_gbps", "bandwidth_total_gbps", "latency_us",
                      "energy_pj_per_bit"},
@@ -107,6 +109,12 @@ def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
     mib = e.opt("memory_mib")
     if mib is not None:
         e.text("memory_mib_source")
+    capacity = round(mib * 2**20) if mib is not None else round(e.req("memory_gb") * GB)
+    usable = e.opt("usable_bytes")
+    if usable is not None:
+        e.text("usable_bytes_source")
+        if usable != int(usable) or usable > capacity:
+            e.fail("usable_bytes", f"must be a whole number of bytes at most the capacity {capacity} (got {usable!r})")
     domain = e.opt("nvlink_domain_gpus")
     if domain is not None:
         e.text("nvlink_domain_source")
@@ -114,7 +122,8 @@ def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
             e.fail("nvlink_domain_gpus", f"must be a whole number, 1 when nvlink = \"none\" (got {domain!r})")
     return Device(
         name=e.text("name"), aliases=e.aliases(),
-        memory_bytes=round(mib * 2**20) if mib is not None else round(e.req("memory_gb") * GB),
+        memory_bytes=capacity, usable_bytes=int(usable or 0),
+        usable_source=e.text("usable_bytes_source") if usable is not None else "",
         memory_nominal_gb=e.req("memory_gb"), memory_type=e.text("memory_type"),
         memory_bandwidth=e.req("memory_bandwidth_gbps") * GB, peak_flops=flops,
         nvlink=None if no_nvlink else _link_name(e, "nvlink", links, extra="none"),
@@ -125,6 +134,19 @@ def _parse_gpu(e: _Entry, links: tuple[Link, ...]) -> Device:
         memory_energy_j_per_bit=None if energy is None else energy * 1e-12,
         nvlink_domain_gpus=int(domain) if domain is not None else (1 if no_nvlink else 8),
     )  # fmt: skip
+
+
+def _usable_by_rule(gpus: tuple[Device, ...]) -> tuple[Device, ...]:
+    """Every GPU without a measured ``usable_bytes`` gets its capacity less the largest share measured missing
+    on another (torch's ``total_memory`` below nvidia-smi's total: the driver's reserve), its source saying so;
+    with none measured, the capacity itself."""
+    measured = [(g.memory_bytes - g.usable_bytes) / g.memory_bytes for g in gpus if g.usable_bytes]
+    share = max(measured, default=0.0)
+    names = ", ".join(g.name for g in gpus if g.usable_bytes) or "none measured"
+    rule = (f"rule: the capacity less {share:.3%}, the largest share measured missing to torch ({names})"
+            if measured else "rule: the capacity (no GPU's usable bytes measured)")
+    return tuple(g if g.usable_bytes else replace(g, usable_bytes=round(g.memory_bytes * (1 - share)),
+                                                  usable_source=rule) for g in gpus)
 
 
 def _whole(e: _Entry, key: str, default: int | None = None, zero_ok: bool = False) -> int:
@@ -242,7 +264,7 @@ def load(path: Path) -> Catalogue:
         require_choice("hardware catalogue section", section, _SECTIONS)
     links = tuple(_parse_link(e) for e in _entries(data, "link", _KEYS["link"]))
     _check_unique("link", links)
-    gpus = tuple(_parse_gpu(e, links) for e in _entries(data, "gpu", _KEYS["gpu"]))
+    gpus = _usable_by_rule(tuple(_parse_gpu(e, links) for e in _entries(data, "gpu", _KEYS["gpu"])))
     tiers = tuple(_parse_tier(e, ("dram",)) for e in _entries(data, "memory", _KEYS["tier"]))
     tiers += tuple(_parse_tier(e, ("ssd", "hdd")) for e in _entries(data, "storage", _KEYS["tier"]))
     _check_unique("gpu", gpus)

@@ -39,6 +39,14 @@ class Device:
     memory_energy_j_per_bit: float | None = None  # HBM/GDDR access energy, when the catalogue gives it
     memory_nominal_gb: float = 0.0  # the marketed figure ("80 GB"), kept for published tables that use it
     nvlink_domain_gpus: int = 1  # GPUs that one NVLink/NVSwitch domain joins; 1 without NVLink
+    usable_bytes: int = 0  # what torch can allocate (total_memory): measured, or the catalogue's rule; 0 = unknown
+    usable_source: str = ""  # where usable_bytes comes from (a measurement, or the rule applied)
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """Bytes a process can hold on this GPU, what fit margins are judged against: torch's ``total_memory``
+        where measured (the H200's 150.11 GB beside nvidia-smi's 150.75 GB), else by the catalogue's rule."""
+        return self.usable_bytes or self.memory_bytes
 
     @property
     def memory_nominal_bytes(self) -> int:

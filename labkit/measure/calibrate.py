@@ -1,10 +1,13 @@
 """``labkit calibrate``: this machine's rates, measured with real kernels in under a minute on a CPU.
 
 What the step-time model (``labkit.predict.compute``) prices, each timed here on the device itself
-(median of repeats after a warm-up; CUDA synchronised around each timing):
+(the fastest of a few repeats after a warm-up; CUDA synchronised around each timing):
 
 * GEMMs over the shapes a model uses (its Q/K/V, output, MLP and output-layer projections at
-  ``rows`` = batch x sequence): achieved FLOP/s per shape, their median the calibrated rate;
+  ``rows`` = batch x sequence), each forward GEMM and its backward's two: the calibrated rate is a
+  training step's GEMM FLOPs over their measured seconds (``step_gemm_rate``; a median of the
+  per-shape rates was 1.5-1.9x slow on this course's CPU: the weight gradients, whose inner size is
+  the rows, run up to twice as fast as the forward there);
 * attention, eager (``softmax(Q K^T) V`` written out) and sdpa (``scaled_dot_product_attention``):
   achieved FLOP/s of its two products (4 b a s^2 d);
 * an element-wise kernel (``torch.mul`` of a large tensor by a scalar): bytes read plus written per second;
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import platform
-import statistics
 import time
 from collections.abc import Callable
 
@@ -31,7 +33,9 @@ from labkit.shapes import ModelShape
 
 
 def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 5) -> float:
-    """Median seconds of ``fn`` after one warm-up call."""
+    """Fastest seconds of ``fn`` over ``repeats`` after one warm-up call: the machine's rate when nothing else
+    runs (on a shared CPU the median of five GEMM timings swung 1.5x between runs a minute apart; the
+    fastest moved less), compared with ``step_time.measured_step_seconds``'s fastest step."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *a: None)
     fn()
     times = []
@@ -41,7 +45,7 @@ def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 5) -> 
         fn()
         sync(device)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def gemm_shapes(shape: ModelShape, rows: int) -> list[tuple[int, int, int]]:
@@ -50,14 +54,44 @@ def gemm_shapes(shape: ModelShape, rows: int) -> list[tuple[int, int, int]]:
     return [(rows, h + 2 * kv, h), (rows, h, h), (rows, f, h), (rows, h, f), (rows, shape.vocab, h)]
 
 
-def _gemms(shape: ModelShape, rows: int, device: torch.device, dtype: torch.dtype) -> list[dict]:
+# (n, k) of projections spanning the models the lab trains, from 0.06 M to 4 M weights: the rate of a model the
+# calibration did not see is interpolated between them (``Calibration.gemm_rate``)
+GRID = ((256, 256), (1024, 256), (512, 512), (2048, 512), (1024, 1024), (4096, 1024))
+
+
+def model_gemms(shape: ModelShape, rows: int) -> list[tuple[int, int, int, int]]:
+    """(m, n, k, count) of one forward's GEMMs: each layer's projections (the gated MLP's up twice), the output
+    layer once."""
+    up = 2 if shape.gated else 1
+    counts = [shape.layers, shape.layers, up * shape.layers, shape.layers, 1]
+    return [(m, n, k, c) for (m, n, k), c in zip(gemm_shapes(shape, rows), counts, strict=True)]
+
+
+def _gemms(shape: ModelShape, rows: int, device: torch.device, dtype: torch.dtype,
+           extra: tuple[tuple[int, int], ...] = ()) -> list[dict]:
+    """Each projection's forward GEMM and its backward's two (input gradient: (m x n) @ (n x k); weight
+    gradient: (k x m) @ (m x n), whose inner size is the rows): a training step runs all three, and on a CPU
+    the long inner size of the weight gradient runs up to twice as fast as the forward."""
     out = []
-    for m, n, k in gemm_shapes(shape, rows):
-        a = torch.randn(m, k, device=device, dtype=dtype)
-        b = torch.randn(k, n, device=device, dtype=dtype)
-        s = _timed(lambda a=a, b=b: a @ b, device)
-        out.append({"m": m, "n": n, "k": k, "seconds": s, "flops_per_s": 2.0 * m * n * k / s})
+    for m, n, k in [*gemm_shapes(shape, rows), *((rows, n, k) for n, k in extra)]:
+        w = torch.randn(k, n, device=device, dtype=dtype)
+        x, g = torch.randn(m, k, device=device, dtype=dtype), torch.randn(m, n, device=device, dtype=dtype)
+        s = _timed(lambda x=x, w=w: x @ w, device)
+        s_back = _timed(lambda g=g, w=w: g @ w.T, device) + _timed(lambda x=x, g=g: x.T @ g, device)
+        out.append({"m": m, "n": n, "k": k, "seconds": s, "flops_per_s": 2.0 * m * n * k / s,
+                    "backward_seconds": s_back})
     return out
+
+
+def step_gemm_rate(shape: ModelShape, shapes: list[dict]) -> float:
+    """FLOP/s of a training step's GEMMs on the measured shapes: their forward and backward FLOPs, each layer's
+    projections ``shape.layers`` times and the output layer once, over their measured seconds (so the slow
+    shapes weigh as much as they cost a step, not one vote each as in a median)."""
+    weights = [c for *_, c in model_gemms(shape, 1)]
+    flops = sum(w * 3 * 2.0 * s["m"] * s["n"] * s["k"] for w, s in zip(weights, shapes, strict=False))
+    seconds = sum(w * (s["seconds"] + s.get("backward_seconds", 2 * s["seconds"]))
+                  for w, s in zip(weights, shapes, strict=False))
+    return flops / seconds
 
 
 def _attention(shape: ModelShape, seq: int, device: torch.device, dtype: torch.dtype) -> dict[str, float]:
@@ -102,7 +136,7 @@ def calibrate(shape: ModelShape, device: str = "cpu", rows: int | None = None, s
     rows, seq = rows or (8192 if cuda else 256), seq or (4096 if cuda else 256)
     say = progress or (lambda _: None)
     say("GEMMs")
-    shapes = _gemms(shape, rows, dev, dtype)
+    shapes = _gemms(shape, rows, dev, dtype, GRID)
     say("attention")
     attention = _attention(shape, seq, dev, dtype)
     say("element-wise bandwidth")
@@ -114,5 +148,5 @@ def calibrate(shape: ModelShape, device: str = "cpu", rows: int | None = None, s
     machine = torch.cuda.get_device_name(dev) if cuda else (platform.processor() or platform.machine())
     return Calibration(f"{platform.node()}: {machine}", dev.type, torch.__version__,
                        datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), name,
-                       statistics.median(s["flops_per_s"] for s in shapes), bandwidth, launch, adamw, attention,
+                       step_gemm_rate(shape, shapes), bandwidth, launch, adamw, attention,
                        shapes, GEMM_EFFICIENCY, HBM_EFFICIENCY)

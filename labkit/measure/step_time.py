@@ -1,9 +1,11 @@
 """A real step's seconds beside the kernel model's, on the datasheet's device and on a calibrated one.
 
-``measured_step_seconds`` times real training steps (median, CUDA synchronised). ``predicted_step_times``
-prices the same step with ``labkit.predict.step_seconds`` twice: on the catalogue's entry for this GPU
-(its datasheet; a CPU has none) and, given a calibration (``labkit calibrate``), on the device with the
-rates measured here. ``bench_models`` does both for three models that calibration did not use, the
+``measured_step_seconds`` times real training steps (median, or fastest, CUDA synchronised).
+``predicted_step_times`` prices the same step with ``labkit.predict.step_seconds`` (the one step-time
+model: the ``eager`` framework profile, as the lab's training loop is eager PyTorch, with the lab's
+single-tensor AdamW and its fp32 master copies under bf16-mixed) twice: on the catalogue's entry for
+this GPU (its datasheet; a CPU has none) and, given a calibration (``labkit calibrate``), on the device
+with the rates measured here. ``bench_models`` does both for three models that calibration did not use, the
 ratio reported (``labkit bench --calibration FILE``), not asserted.
 """
 
@@ -16,6 +18,7 @@ import torch
 
 from labkit.hardware import load_catalogue
 from labkit.hardware.calibration import Calibration
+from labkit.measure.calibrate import model_gemms
 from labkit.predict.step_seconds import step_seconds
 from labkit.shapes import ModelShape
 
@@ -36,9 +39,11 @@ def catalogue_gpu(cuda_name: str, name: str | None = None):
     return cat.gpu(max(scored)[2]) if scored else None
 
 
-def measured_step_seconds(trainer, steps: int = 3, warmup: int = 2) -> float:
-    """Median seconds of ``steps`` real training steps after ``warmup`` untimed ones (a code path's first plain
-    steps run slow while torch initialises it: 0.8 s and 0.3 s before 5 ms for the tiny GPT on this CPU)."""
+def measured_step_seconds(trainer, steps: int = 3, warmup: int = 2, fastest: bool = False) -> float:
+    """Median (or, with ``fastest``, the least) seconds of ``steps`` real training steps after ``warmup`` untimed
+    ones (a code path's first plain steps run slow while torch initialises it: 0.8 s and 0.3 s before 5 ms for
+    the tiny GPT on this CPU). The fastest is what ``labkit calibrate`` measures its kernels by: on a shared
+    CPU other processes only ever slow a step down."""
     cuda = trainer.device.type == "cuda"
     times = []
     for _ in range(warmup):
@@ -51,7 +56,7 @@ def measured_step_seconds(trainer, steps: int = 3, warmup: int = 2) -> float:
         if cuda:
             torch.cuda.synchronize(trainer.device)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times) if fastest else statistics.median(times)
 
 
 def predicted_step_times(shape: ModelShape, seq: int, batch: int, precision: str, attention: str, device: str,
@@ -61,12 +66,14 @@ def predicted_step_times(shape: ModelShape, seq: int, batch: int, precision: str
     kind = "fused" if attention in ("sdpa", "fused") else "explicit"
     base = catalogue_gpu(torch.cuda.get_device_name(device)) if torch.device(device).type == "cuda" else None
     out: dict[str, float | None] = {"datasheet": None, "calibrated": None}
+    master = precision == "bf16-mixed"  # the lab's MasterWeightAdamW (labkit.rig.train)
     if base is not None:
-        out["datasheet"] = step_seconds(shape, seq, batch, base, dtype, kind)["total"]
+        out["datasheet"] = step_seconds(shape, seq, batch, base, dtype, kind, master_weights=master)["total"]
     if calibration is not None:
-        dev = calibration.device(base) if base is not None else calibration.host_device()
+        gemms = model_gemms(shape, seq * batch)  # the GEMM rate of this model's shapes, read off the calibration
+        dev = calibration.device_for(base, gemms) if base is not None else calibration.host_device(gemms=gemms)
         out["calibrated"] = step_seconds(shape, seq, batch, dev, calibration.dtype, kind, calibration.launch_s,
-                                         calibration.adamw_s_per_param)["total"]
+                                         calibration.adamw_s_per_param, master_weights=master)["total"]
     return out
 
 
@@ -86,7 +93,7 @@ def bench_models(calibration: Calibration, batch: int = 4, seq: int = 128) -> li
         trainer = Trainer(model=build_model(spec, "sdpa", dropout=0.0, use_cache=False),
                           data={"input_ids": ids, "labels": ids})
         trainer.step()
-        measured = measured_step_seconds(trainer)
+        measured = measured_step_seconds(trainer, steps=5, fastest=True)
         pred = predicted_step_times(spec.shape, seq, batch, "fp32", "sdpa", "cpu", calibration)["calibrated"]
         rows.append({"model": f"{family} {spec.shape.params / 1e6:.1f} M", "measured_s": measured,
                      "predicted_s": pred, "ratio": measured / pred})

@@ -33,6 +33,14 @@ prints the profile it was priced with.
   autocast (``EAGER_BSH_PASSES`` extra fp32 passes over b s h per layer, forward and backward),
   and the cross-entropy's fp32 logits over b s V (``CE_PASSES``). Fitted once on the three H200
   runs of ``datasets/h200_eager.toml`` (issue 21), stated there.
+
+Two terms every profile that runs ``nn.Embedding`` unfused (``eager``, ``fsdp``) pays explicitly
+(:func:`extra_seconds`, the one function the advisor's ``steptime.framework_seconds`` and
+``predict.step_seconds`` share): the embedding's backward, a scatter-add of the b s rows of the
+output gradient into a V x h gradient that is zeroed first (``embedding_dense_backward`` in
+``aten/src/ATen/native/Embedding.cpp``; split over tp with a vocab-parallel embedding); and the
+optimizer step at the implementation's bytes per parameter (:func:`optimizer_bytes_per_param`, read
+off ``torch/optim/adamw.py``) at memory bandwidth, or a calibration's measured seconds per parameter.
 """
 
 from __future__ import annotations
@@ -55,6 +63,20 @@ FSDP_EXPOSED_SHARE = 0.5  # half of the prefetched traffic stays exposed: NCCL's
 FSDP_BSH_PASSES = 20  # unfused element-wise ops (plain torch LayerNorm, GeLU, residual adds)
 
 
+OPTIMIZER_IMPLEMENTATIONS = ("fused", "foreach", "lab")
+# bytes each AdamW implementation reads and writes per fp32 parameter in one step (torch/optim/adamw.py):
+# fused: one kernel reads param, grad, m, v and writes param, m, v (7 x 4 B); foreach and the single-tensor loop
+# run each line as its own pass: lerp_ on m (r m, g; w m), mul_ and addcmul_ on v (r/w v; r v, g; w v), sqrt into
+# a temporary (r v; w t), the division by the bias correction (r t; w t'), add_ eps (r/w t'), addcdiv_ (r p, m, t';
+# w p); foreach also decays the weights (r/w p); the lab's single-tensor AdamW runs with weight_decay=0, which
+# torch skips (labkit.rig.train)
+_PASSES = 12 + 8 + 12 + 8 + 8 + 8 + 16
+ADAMW_BYTES = {"fused": 28, "foreach": _PASSES + 8, "lab": _PASSES}
+# the lab's MasterWeightAdamW under bf16-mixed also copies each 16-bit gradient to fp32 (r 2, w 4) and writes the
+# updated 16-bit weights from the fp32 master (r 4, w 2): labkit.rig.train
+MASTER_COPY_BYTES = 2 + 4 + 4 + 2
+
+
 @dataclass(frozen=True)
 class Profile:
     """One framework's kernel and overlap assumptions (module text), with their sources."""
@@ -72,6 +94,7 @@ class Profile:
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
     p2p_sync_s: float = 0.0  # seconds each pipeline exchange (one send and receive per micro-batch and chunk) waits
     overlap_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers)
+    embedding_backward: bool = False  # nn.Embedding's unfused scatter-add backward priced explicitly
     source: str = ""
 
     @property
@@ -90,10 +113,11 @@ PROFILES = {
                                   "pipeline wait as megatron-2021"),
     "fsdp": Profile("fsdp", "PyTorch FSDP + FlashAttention", compute.KERNELS_PER_LAYER, compute.LAUNCH_S, True, True,
                     True, FSDP_BSH_PASSES, CE_PASSES, FSDP_GEMM_EFFICIENCY, FSDP_EXPOSED_SHARE,
+                    embedding_backward=True,
                     source="Zhao et al., VLDB 2023, section 3.3.2 (prefetching); nccl-tests issue 119 (ports); "
                            "GEMM share, exposed share and passes fitted once on datasets/llm_foundry_h100.toml"),
     "eager": Profile("eager", "eager PyTorch + transformers", EAGER_KERNELS_PER_LAYER, EAGER_LAUNCH_S, True, False,
-                     True, EAGER_BSH_PASSES, CE_PASSES,
+                     True, EAGER_BSH_PASSES, CE_PASSES, embedding_backward=True,
                      source="fitted once on datasets/h200_eager.toml (three H200 runs, issue 21)"),
 }
 FRAMEWORKS = tuple(PROFILES)
@@ -103,3 +127,40 @@ DEFAULT_FRAMEWORK = "megatron-2021"
 def profile(name: str) -> Profile:
     """The profile called ``name`` (one of ``FRAMEWORKS``), else a LabkitError naming them."""
     return PROFILES[require_choice("framework", name, FRAMEWORKS)]
+
+
+def embedding_backward_bytes(shape, rows: float, tp: int = 1, grad_bytes: int = 4, in_bytes: int = 4) -> float:
+    """Bytes of ``nn.Embedding``'s backward: zero the V x h gradient (its 1/tp vocab slice), read the ``rows``
+    output-gradient rows and add each into its row of the gradient (read and write)."""
+    return grad_bytes * shape.vocab * shape.hidden / tp + rows * shape.hidden * (in_bytes + 2 * grad_bytes)
+
+
+def extra_seconds(shape, seq: int, micro_batch: int, tp: int, pp: int, dev, prof: Profile, sp: bool = False,
+                  cp: int = 1) -> float:
+    """What the framework adds to one micro-batch's kernels on the last pipeline stage (module text): unfused
+    fp32 element-wise passes over b s h in every layer (split over tp under sequence parallelism), the fp32
+    cross-entropy over b s V (split over tp: a vocab-parallel loss), and the embedding's backward (first stage;
+    the stages run side by side, so counted once). ``cp`` context-parallel GPUs each hold s/cp of the rows."""
+    if not (prof.bsh_passes or prof.ce_passes or prof.embedding_backward):
+        return 0.0
+    rows = micro_batch * seq / cp
+    wide = rows * shape.hidden / (tp if sp else 1)
+    nbytes = shape.layers / pp * prof.bsh_passes * 4 * wide + prof.ce_passes * 4 * rows * shape.vocab / tp
+    if prof.embedding_backward:
+        nbytes += embedding_backward_bytes(shape, rows, tp)
+    return compute.stream_seconds(nbytes, dev)
+
+
+def optimizer_bytes_per_param(implementation: str = "fused", master_weights: bool = False) -> int:
+    """Bytes an AdamW step reads and writes per parameter (``ADAMW_BYTES``), plus the master-weight copies."""
+    name = require_choice("optimizer", implementation, OPTIMIZER_IMPLEMENTATIONS)
+    return ADAMW_BYTES[name] + (MASTER_COPY_BYTES if master_weights else 0)
+
+
+def optimizer_seconds(params: float, dev, implementation: str = "fused", master_weights: bool = False,
+                      s_per_param: float | None = None) -> float:
+    """Seconds of the AdamW step over ``params``: its bytes at memory bandwidth, or a measured seconds per
+    parameter (``labkit calibrate`` times torch's single-tensor AdamW)."""
+    if s_per_param is not None:
+        return s_per_param * params
+    return compute.stream_seconds(optimizer_bytes_per_param(implementation, master_weights) * params, dev)

@@ -1,30 +1,43 @@
-"""One device's training step in seconds, from the advisor's kernel model: forward, backward and AdamW.
+"""One device's training step in seconds: the advisor's kernel model under a framework profile, and AdamW.
 
-Forward and backward are ``labkit.predict.compute.stage_seconds`` on one device (no tensor or pipeline
-parallelism): every GEMM, the attention (FlashAttention's rate for ``fused``, the written-out products and
-softmax for ``explicit``), the element-wise kernels and ``KERNELS_PER_LAYER`` launches a layer. The
-optimizer step is memory-bound AdamW (``labkit.predict.offload_model``: its reads and writes per
-parameter at the device's bandwidth), or a measured seconds per parameter when a calibration gives one.
-The device is the catalogue's (the datasheet) or a calibrated one (``labkit.hardware.calibration``).
+The one step-time model (issue 22): forward and backward are ``labkit.predict.compute.stage_seconds``
+on one device (no tensor or pipeline parallelism: every GEMM, the attention, the element-wise kernels)
+with the profile's launches per layer and GEMM share (``labkit.predict.profiles``), plus what the
+profile adds (``profiles.extra_seconds``: unfused fp32 passes, the fp32 cross-entropy, the embedding's
+scatter-add backward), the same function the advisor's ``steptime.framework_seconds`` uses. The
+optimizer step is the implementation's bytes per parameter at memory bandwidth
+(``profiles.optimizer_seconds``), or a calibration's measured seconds per parameter. The default
+profile is ``eager``: ``labkit measure``, ``tools/gpu_check.sh`` and ``labkit bench`` run eager PyTorch.
+The device is the catalogue's (the datasheet) or a calibrated one (``labkit.hardware.calibration``),
+whose measured launch cost replaces the profile's.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from labkit.hardware.types import Device
-from labkit.predict.compute import KERNELS_PER_LAYER, LAUNCH_S, stage_seconds, stream_seconds
-from labkit.predict.offload_model import ZERO3
+from labkit.predict.compute import stage_seconds
+from labkit.predict.profiles import extra_seconds, optimizer_seconds, profile
 from labkit.shapes import ModelShape
+
+DEFAULT_PROFILE = "eager"
 
 
 def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype: str = "bf16",
-                 attention: str = "fused", launch_s: float = LAUNCH_S,
-                 adamw_s_per_param: float | None = None) -> dict[str, float]:
-    """Seconds of forward, backward and the optimizer step of one micro-batch on ``device``, and their sum."""
+                 attention: str = "fused", launch_s: float | None = None,
+                 adamw_s_per_param: float | None = None, framework: str = DEFAULT_PROFILE,
+                 optimizer: str = "lab", master_weights: bool = False) -> dict[str, float]:
+    """Seconds of forward, backward (with the profile's extra passes) and the optimizer step of one micro-batch
+    on ``device``, and their sum. ``launch_s`` (one op's measured dispatch and launch) replaces the profile's;
+    ``optimizer`` is the AdamW implementation (``profiles.OPTIMIZER_IMPLEMENTATIONS``; the lab's single-tensor
+    one by default), ``master_weights`` the lab's fp32 master copies under bf16-mixed."""
+    prof = profile(framework)
+    if launch_s is not None:
+        prof = replace(prof, launch_s=launch_s)
     st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention == "fused",
-                       launch_s=KERNELS_PER_LAYER * launch_s)
-    if adamw_s_per_param is None:
-        optimizer = stream_seconds(ZERO3.step_bytes_per_param() * shape.params, device)
-    else:
-        optimizer = adamw_s_per_param * shape.params
-    out = {"forward": st["forward"], "backward": st["backward"], "optimizer": optimizer}
+                       launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency)
+    extra = extra_seconds(shape, seq, batch, 1, 1, device, prof)
+    out = {"forward": st["forward"], "backward": st["backward"] + extra,
+           "optimizer": optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)}
     return out | {"total": sum(out.values())}
