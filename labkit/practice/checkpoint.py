@@ -36,6 +36,16 @@ FSYNC_CASE = ("the new file is flushed to disk (os.fsync) before it replaces the
               "this: only a power cut or an OS crash loses pages not yet written out)")
 
 
+TORN = ("While the new bytes are being written, what is under path? A kill at that moment leaves exactly that.",
+        "Write the new checkpoint somewhere else in the same folder first, then put it under path in one step that "
+        "cannot be half done.")
+REPLACES = ("After a completed save, is the new checkpoint under path itself?",
+            "A rename can replace a file that exists (os.replace): the new file must end up under path.")
+FSYNC = ("Which call makes sure the new file's bytes are on the disk, not only in the kernel's page cache, before the "
+         "name points at them?",
+         "Flush the file and call os.fsync on its descriptor before the rename.")
+
+
 def _states():
     import torch
 
@@ -128,14 +138,14 @@ def _whole_cases(fn: Callable, old: dict, new: dict) -> list[Case]:
             step = int(torch.load(path, weights_only=True)["step"])
         except Exception as err:  # noqa: BLE001 - whatever the learner wrote, say it does not load
             return [Case(name, False, f"the checkpoint does not load after a completed save: {type(err).__name__}")]
-    replaced = Case(name, step == 2, "" if step == 2 else (
-        f"path still holds step {step} after saving step 2. Hint: the new checkpoint must end up under path itself; "
-        "a rename can replace a file that exists."))
-    synced = Case(FSYNC_CASE, spy.synced_before_rename(), "" if spy.synced_before_rename() else (
+    replaced = Case(name, step == 2, "" if step == 2 else f"path still holds step {step} after saving step 2",
+                    () if step == 2 else REPLACES)
+    synced = spy.synced_before_rename()
+    flushed = Case(FSYNC_CASE, synced, "" if synced else (
         f"calls seen: {', '.join(spy.calls) or 'none'}. The kills above cannot catch this: a killed process's "
         "written pages stay in the kernel and still reach the disk. A power cut before they do would leave the "
-        "renamed file empty or torn. Hint: flush the file and os.fsync its descriptor before os.replace."))
-    return [replaced, synced]
+        "renamed file empty or torn"), () if synced else FSYNC)
+    return [replaced, flushed]
 
 
 def run(fn: Callable[[dict, str | Path], None]) -> list[Case]:
@@ -162,9 +172,8 @@ def run(fn: Callable[[dict, str | Path], None]) -> list[Case]:
                 whole = torch.equal(got["w"], (old if step == 1 else new)["w"])
                 ok, detail = whole, "" if whole else f"step {step} loaded with the wrong weights (torn)"
             except Exception as err:  # noqa: BLE001 - a torn file fails to load in many ways
-                ok, detail = False, (f"after the kill ({how}) the checkpoint does not load: {type(err).__name__}. "
-                                     "Hint: while the new bytes are being written, the live file must stay whole.")
-        cases.append(Case(name, ok, detail))
+                ok, detail = False, f"after the kill ({how}) the checkpoint does not load: {type(err).__name__}"
+        cases.append(Case(name, ok, detail, () if ok else TORN))
     return cases + _whole_cases(fn, old, new)
 
 
@@ -173,6 +182,10 @@ register(CodingExercise(
     "Write save(state, path): store the dict of tensors so that a SIGKILL at any moment leaves path loadable "
     "with torch.load(path, weights_only=True), holding the old checkpoint or the new one.",
     run,
-    "A kill can strike at any byte: never leave path half-written, and make sure the finished bytes are on the disk "
-    "before anyone relies on them.",
+    ("A kill can strike at any byte: never leave path half-written, and make sure the finished bytes are on the "
+     "disk before anyone relies on them.",
+     "save(state, path) returns nothing; torch.save accepts an open binary file as well as a path."),
+    "torch.save to a temporary file in the same folder (path + '.tmp'), f.flush() and os.fsync(f.fileno()) before "
+    "closing it, then os.replace(tmp, path): the rename is atomic on POSIX, so path holds the old file or the whole "
+    "new one, and the new bytes are on the disk before the name points at them.",
 ))

@@ -67,12 +67,22 @@ def adversarial(rounds: int = 4, late_uses: int = 12) -> list[int]:
     return [0, 1, 2, *([1, 2] * rounds), *([0] * late_uses)]
 
 
-def _case(name: str, seq: list[int], slots: int, fn: Callable, hint: str) -> Case:
+REAL = ("The step's remaining accesses are in future: does your policy use them, or only what happened before?",
+        "For each resident block, look up when future needs it next (or never): which of them can fast memory do "
+        "without the longest?")
+ADVERSARIAL = ("A block used many times later can still be the right one to push out: is it the number of remaining "
+               "uses that matters, or how soon the NEXT use comes?",
+               "Counting uses keeps a block that is needed often but only late, while blocks needed sooner miss: "
+               "compare blocks by the position of their next use.")
+
+
+def _case(name: str, seq: list[int], slots: int, fn: Callable, hints: tuple[str, ...]) -> Case:
     got, failed = attempt(name, lambda: misses(seq, slots, fn))
     if failed:
         return failed
     best = misses(seq, slots, belady)
-    return Case(name, got <= best, "" if got <= best else f"{got} misses; the optimum is {best}. {hint}")
+    return Case(name, got <= best, "" if got <= best else f"{got} misses; the optimum is {best}",
+                () if got <= best else hints)
 
 
 def run(fn: Callable[[set[int], list[int]], int]) -> list[Case]:
@@ -82,14 +92,11 @@ def run(fn: Callable[[set[int], list[int]], int]) -> list[Case]:
     for f in FRACTIONS:
         slots = max(2, int(f * distinct))
         cases.append(_case(f"fast tier holds {slots} of {distinct} blocks ({len(seq)} accesses, a real step)", seq,
-                           slots, fn, "Hint: the past does not tell you what the step needs next; the future list "
-                           "does. Which resident block can fast memory do without for longest?"))
+                           slots, fn, REAL))
     for rounds in (2, 6):
         trace = adversarial(rounds)
         cases.append(_case(f"adversarial trace: block 0 used {trace.count(0) - 1} more times, but only after blocks 1 "
-                           f"and 2 alternate {rounds + 1} times (2 slots)", trace, 2, fn,
-                           "Hint: a block used many times later can still wait longest: what matters is how soon its "
-                           "NEXT use comes, not how many uses are left."))
+                           f"and 2 alternate {rounds + 1} times (2 slots)", trace, 2, fn, ADVERSARIAL))
     return cases
 
 
@@ -98,5 +105,8 @@ register(CodingExercise(
     "Write evict(resident, future) -> block id: which block to push out of fast memory, given the resident "
     "block ids and the step's remaining accesses in order.",
     run,
-    "The step's remaining accesses are known: use them, not the past, to pick the block fast memory misses least.",
+    ("The step's remaining accesses are known: use them, not the past, to pick the block fast memory misses least.",
+     "Return one id out of resident."),
+    "Belady's MIN: for each resident block b, its next use is future.index(b), or len(future) if it never comes "
+    "back; return the block whose next use is furthest away.",
 ))

@@ -30,9 +30,12 @@ def _inputs(strategy: str, region: str):
     return args, (run.facility_kwh, run.kg_co2, run.ssd_life_used)
 
 
-HINTS = {"facility kWh": "the site draws the IT energy times its PUE, and 1 kWh is 3.6e6 J",
-         "kg CO2": "kWh times grams per kWh gives grams",
-         "SSD life used": "each drive absorbs its share of the bytes written, against its rated endurance"}
+HINTS = {"facility kWh": ("What does the site draw for a given IT energy, and how many joules are in one kWh?",
+                         "The site draws the IT energy times its PUE (The Green Grid's definition); 1 kWh = 3.6e6 J."),
+         "kg CO2": ("The grid's intensity is in grams per kWh: what unit does the product have, and what is asked?",
+                    "kWh times grams per kWh gives grams; the answer is in kilograms."),
+         "SSD life used": ("The writes are striped evenly over the drives: how many bytes does each drive absorb?",
+                           "Each drive's share of the bytes written, over one drive's rated endurance.")}
 
 
 def run(fn: Callable[..., tuple[float, float, float]]) -> list[Case]:
@@ -44,9 +47,10 @@ def run(fn: Callable[..., tuple[float, float, float]]) -> list[Case]:
         if failed:
             cases.append(failed)
             continue
-        off = [f"{lab}: {g:.4g}, the model says {w:.4g} (hint: {HINTS[lab]})"
-               for lab, g, w in zip(HINTS, got, want, strict=True) if abs(g - w) > 1e-3 * abs(w) + 1e-12]
-        cases.append(Case(name, not off, "; ".join(off)))
+        off = [lab for lab, g, w in zip(HINTS, got, want, strict=True) if abs(g - w) > 1e-3 * abs(w) + 1e-12]
+        detail = "; ".join(f"{lab}: {got[i]:.4g}, the model says {want[i]:.4g}"
+                           for i, lab in enumerate(HINTS) if lab in off)
+        cases.append(Case(name, not off, detail, HINTS[off[0]] if off else ()))
     return cases
 
 
@@ -55,5 +59,8 @@ register(CodingExercise(
     "Write footprint(it_joules, pue, g_co2_per_kwh, ssd_bytes_written, drives, endurance_bytes) -> "
     "(facility_kwh, kg_co2, ssd_life_used).",
     run,
-    "Three conversions, each with its unit: IT energy to the site's energy, energy to carbon, writes to drive wear.",
+    ("Three conversions, each with its unit: IT energy to the site's energy, energy to carbon, writes to drive wear.",
+     "Return a tuple of three numbers: (facility_kwh, kg_co2, ssd_life_used)."),
+    "facility_kwh = it_joules * pue / 3.6e6; kg_co2 = facility_kwh * g_co2_per_kwh / 1000; ssd_life_used = "
+    "ssd_bytes_written / drives / endurance_bytes.",
 ))

@@ -30,11 +30,13 @@ def advisor_states(tp: int, pp: int, dp: int, zero: int) -> tuple[int, float]:
     return shape.params, mem["parameters"] + mem["gradients"] + mem["optimizer"]
 
 
-def _hint(zero: int) -> str:
+def _hints(zero: int) -> tuple[str, str]:
     if zero == 0:
-        return "without ZeRO, tensor and pipeline parallelism split every byte; data parallelism copies them"
+        return ("Without ZeRO, which parallel degrees split the 16 bytes per parameter, and which one copies them?",
+                "Tensor and pipeline parallelism split every byte; data parallelism copies them.")
     divided = ("the 12 optimizer bytes", "also the 2 gradient bytes", "also the 2 weight bytes")[:zero]
-    return f"ZeRO stage {zero} divides by dp: " + ", ".join(divided)
+    return (f"ZeRO stage {zero} shards some of the states over the dp replicas: which of the weights (2 B), gradients "
+            "(2 B) and optimizer states (12 B)?", f"ZeRO stage {zero} divides by dp: " + ", ".join(divided) + ".")
 
 
 def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
@@ -47,8 +49,8 @@ def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
             cases.append(failed)
             continue
         ok = abs(got - want) <= 1e-6 * want
-        cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB. "
-                          f"Hint: {_hint(zero)}"))
+        cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB",
+                          () if ok else _hints(zero)))
     return cases
 
 
@@ -57,5 +59,8 @@ register(CodingExercise(
     "Write states_per_gpu(psi, tp, pp, dp, zero_stage) -> bytes of weights, gradients and optimizer states one GPU "
     "holds (mixed-precision Adam, 2 + 2 + 12 bytes per parameter).",
     run,
-    "Start from 16 bytes per parameter: which parallel degrees split which of them?",
+    ("Start from 16 bytes per parameter: which parallel degrees split which of them?",
+     "Return one number: bytes per GPU."),
+    "psi / (tp * pp) * (w + g + o), with w = 2 / dp at stage 3 (else 2), g = 2 / dp from stage 2 (else 2) and "
+    "o = 12 / dp from stage 1 (else 12): tp and pp split every byte, each ZeRO stage shards one more state over dp.",
 ))

@@ -23,6 +23,14 @@ PATTERNS = (
 )
 
 
+OVERFLOW = ("What does GradScaler do to the scale on a step whose gradients overflowed, and to its count of clean "
+            "steps?",
+            "On an overflow the scale halves (backoff factor 0.5) and the count of clean steps starts again from 0.")
+CLEAN = ("What does GradScaler count on a clean step, and when does the scale grow?",
+         "Each clean step adds one to the count; when it reaches growth_interval the scale doubles and the count "
+         "goes back to 0.")
+
+
 def torch_scales(overflows: tuple[bool, ...], interval: int, init: float = 2.0**16) -> list[float]:
     """The scale torch's GradScaler holds after each step, gradients overflowing where ``overflows`` says."""
     import torch
@@ -59,10 +67,9 @@ def run(fn: Callable[[float, int, bool, int], tuple[float, int]]) -> list[Case]:
             continue
         bad = next((k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b), None)
         cases.append(Case(name, bad is None, "" if bad is None else
-                          f"after step {bad} torch's GradScaler holds {want[bad]:g}, yours {got[bad]:g}. Hint: "
-                          + ("on an overflow, halve the scale and start counting clean steps from 0 again"
-                             if overflows[bad] else "count each clean step; when the count reaches growth_interval, "
-                             "double the scale and reset the count")))
+                          f"after step {bad} ({'an overflow' if overflows[bad] else 'a clean step'}) torch's "
+                          f"GradScaler holds {want[bad]:g}, yours {got[bad]:g}",
+                          () if bad is None else (OVERFLOW if overflows[bad] else CLEAN)))
     return cases
 
 
@@ -72,6 +79,9 @@ register(CodingExercise(
     "scale after one fp16 step, as torch's GradScaler keeps it (halve on overflow, double after growth_interval "
     "clean steps).",
     run,
-    "Two events change the scale: an overflow, and a run of clean steps. What does GradScaler do at each, and what "
-    "happens to its count of clean steps?",
+    ("Two events change the scale: an overflow, and a run of clean steps. What does GradScaler do at each, and what "
+     "happens to its count of clean steps?",
+     "Return a pair (new_scale, new_good_steps) for one step."),
+    "on an overflow return (scale * 0.5, 0); otherwise count the step, good = good_steps + 1, and return "
+    "(scale * 2, 0) when good reaches growth_interval, else (scale, good).",
 ))

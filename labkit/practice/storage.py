@@ -34,9 +34,12 @@ def measured_states(precision: str, shape: dict) -> tuple[int, dict[str, int]]:
     return n, {k: getattr(step, k) for k in CATEGORIES}
 
 
-HINTS = {"fp32": "in fp32 every value takes 4 bytes, and torch's AdamW keeps two moments per parameter.",
-         "bf16-mixed": "16-bit weights and gradients take 2 bytes each; the optimizer also keeps an fp32 copy of the "
-                       "weights beside its two fp32 moments."}
+HINTS = {"fp32": ("In fp32, how many bytes does one value take, and how many values does AdamW keep per parameter "
+                  "beyond the weight and its gradient?",
+                  "torch's AdamW keeps two moments per parameter (exp_avg and exp_avg_sq), each in fp32."),
+         "bf16-mixed": ("The weights and gradients are 16-bit: what must the optimizer keep in fp32 so that small "
+                        "updates are not rounded away?",
+                        "Beside its two fp32 moments, the optimizer holds an fp32 master copy of every weight.")}
 
 
 def run(fn: Callable[[int, str], dict]) -> list[Case]:
@@ -47,7 +50,7 @@ def run(fn: Callable[[int, str], dict]) -> list[Case]:
             name = f"{precision}, {n:,} parameters (measured on a real step)"
             case = safely(name, lambda n=n, p=precision: {k: int(fn(n, p)[k]) for k in CATEGORIES}, real,
                           lambda got, want: got == want)
-            cases.append(case if case.ok else Case(case.name, False, f"{case.detail}. Hint: {HINTS[precision]}"))
+            cases.append(case if case.ok else Case(case.name, False, case.detail, HINTS[precision]))
     return cases
 
 
@@ -56,5 +59,8 @@ register(CodingExercise(
     "Write state_bytes(n_params, precision) -> {'parameters': B, 'gradients': B, 'optimizer': B} for "
     "precision 'fp32' (torch AdamW) and 'bf16-mixed' (16-bit weights and gradients, fp32 master weights and moments).",
     run,
-    "Count, per parameter, the bytes of its weight, of its gradient, and of everything AdamW keeps for it.",
+    ("Count, per parameter, the bytes of its weight, of its gradient, and of everything AdamW keeps for it.",
+     "Return a dict with the three keys, each a whole number of bytes for n_params parameters."),
+    "parameters = gradients = 4 n in fp32 and 2 n in bf16-mixed; optimizer = 8 n in fp32 (two fp32 moments) and "
+    "12 n in bf16-mixed (an fp32 master weight and two fp32 moments).",
 ))

@@ -46,6 +46,15 @@ def keep_largest_that_fit(acts: list[float], budget: float) -> list[bool]:
     return swap
 
 
+OVER = ("Add up the activations your plan keeps on the device: is the sum at most budget?",
+        "Keep a running total of what you keep and never let it pass budget; the device's slack is for the copies "
+        "in flight, not for your plan.")
+MOVES = ("Your plan fits but moves more bytes than it must: are you deciding what to swap, when every byte kept is a "
+         "byte not moved?",
+         "Fill the budget with what you KEEP; a rule that swaps in size order until the rest fits leaves budget "
+         "unused.")
+
+
 def _case(over: float, fn: Callable) -> Case:
     from labkit.offload.iteration import Plan, simulate_iteration
 
@@ -57,15 +66,14 @@ def _case(over: float, fn: Callable) -> Case:
     kept = sum(a for a, x in zip(acts, swap, strict=True) if not x)
     if kept > budget:
         return Case(name, False, f"the kept activations add up to {kept / 1e9:.3f} GB, over the {budget / 1e9:.3f} GB "
-                    "budget. Hint: add up what you keep, and stop keeping before the sum passes the budget.")
+                    "budget", OVER)
     mine = simulate_iteration(ops, m, Plan(tuple(swap), (1,) * len(ops), sync=True))
     ref = simulate_iteration(ops, m, Plan(tuple(keep_largest_that_fit(acts, budget)), (1,) * len(ops), sync=True))
     if mine.peak_bytes > m.capacity_bytes:
         return Case(name, False, f"peak {mine.peak_bytes / 1e9:.2f} GB > device {m.capacity_bytes / 1e9:.2f} GB")
     if mine.bytes_moved > ref.bytes_moved * (1 + 1e-9):
         return Case(name, False, f"moves {mine.bytes_moved / 1e9:.2f} GB; the greedy baseline moves "
-                    f"{ref.bytes_moved / 1e9:.2f} GB. Hint: every byte kept is a byte not moved; decide what to KEEP, "
-                    "the largest that still fit first, and swap the rest.")
+                    f"{ref.bytes_moved / 1e9:.2f} GB", MOVES)
     return Case(name, True)
 
 
@@ -78,5 +86,8 @@ register(CodingExercise(
     "Write choose_swaps(act_bytes, budget) -> list of bool (one per activation, True = swap it to host memory) "
     "so the activations kept on the device add up to at most budget bytes, moving as few bytes as you can.",
     run,
-    "The budget counts what stays on the device: add up the activations you keep and never let the sum pass it.",
+    ("The budget counts what stays on the device: add up the activations you keep and never let the sum pass it.",
+     "Return one bool per activation, True for each you swap to host memory."),
+    "go through the activations largest first; keep each one if it still fits in what is left of budget, otherwise "
+    "swap it (a greedy fill of the budget, as in a knapsack).",
 ))

@@ -19,6 +19,14 @@ from labkit.practice.coding import Case, CodingExercise, attempt, register
 SIZES = ((2, 8), (4, 16), (8, 16))  # (t, h)
 
 
+SIZES_HINTS = ("Each of the t ranks holds exactly 1/t of w1 and 1/t of w2: what shapes do your pieces have?",
+               "Cut each weight into t equal blocks along one of its two dimensions; no rank keeps a whole weight.")
+SUM_HINTS = ("GeLU is not linear: does each rank's piece of x @ w1.T hold whole pre-activations, or only partial sums "
+             "of them that GeLU cannot be applied to?",
+             "Give each rank whole output features of the first linear, so GeLU sees whole values, and the matching "
+             "input features of the second, so the partial outputs simply add up.")
+
+
 def run(fn: Callable) -> list[Case]:
     import torch
     import torch.nn.functional as F
@@ -38,11 +46,11 @@ def run(fn: Callable) -> list[Case]:
             continue
         sizes_ok = all(a.numel() * t == w1.numel() and b.numel() * t == w2.numel() for a, b in shards)
         same = torch.allclose(total, F.gelu(x @ w1.T) @ w2.T, rtol=1e-9, atol=1e-9)
-        detail = "" if same and sizes_ok else ("each rank must hold 1/t of w1 and of w2" if not sizes_ok else
-                                               "the summed partial outputs differ from the unsplit MLP. Hint: split "
-                                               "the first linear by its outputs (rows of w1 in nn.Linear layout), the "
-                                               "second by its inputs (columns of w2)")
-        cases.append(Case(name, same and sizes_ok, detail))
+        if not sizes_ok:
+            cases.append(Case(name, False, "a rank does not hold 1/t of w1 and of w2", SIZES_HINTS))
+            continue
+        cases.append(Case(name, same, "" if same else "the summed partial outputs differ from the unsplit MLP",
+                          () if same else SUM_HINTS))
     return cases
 
 
@@ -51,6 +59,9 @@ register(CodingExercise(
     "Write mlp_shards(w1, w2, rank, t) -> (w1_part, w2_part): rank's share of an MLP y = GeLU(x w1^T) w2^T "
     "(nn.Linear layout, w1 [4h, h], w2 [h, 4h]) so that the t partial outputs add up to y.",
     run,
-    "GeLU is not linear: which split of the first linear lets each rank apply it to whole values, and which split "
-    "of the second lets the partial outputs simply add up?",
+    ("GeLU is not linear: which split of the first linear lets each rank apply it to whole values, and which split "
+     "of the second lets the partial outputs simply add up?",
+     "Return a pair of tensors (w1_part, w2_part) for rank, in nn.Linear layout."),
+    "w1_part = w1.chunk(t, dim=0)[rank] (rows: output features, a column-parallel linear) and w2_part = "
+    "w2.chunk(t, dim=1)[rank] (columns: input features, a row-parallel linear); the all-reduce sums the partials.",
 ))
