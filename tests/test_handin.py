@@ -116,6 +116,9 @@ def test_collect_flags_an_edited_summary_and_a_copied_key(tmp_path, monkeypatch)
     assert "summary does not match its journal lines" in rows["bob"]["flags"]
     assert "the instructor key's solution" in rows["cy"]["flags"]
     assert rows["bob"]["coding_passed"] == 0  # the table counts the lines, not the edited summary
+    with open(tmp_path / "class" / "class.csv") as f:
+        table = list(csv.reader(f))
+    assert tuple(table[0]) == COLUMNS and [r[0] for r in table[1:]] == ["ana", "bob", "cy"]  # one row per student
     detail = json.loads((tmp_path / "class" / "class.json").read_text())
     assert detail["skipped"] == ["notes.json"] and list(detail["columns"]) == list(COLUMNS)
 
