@@ -69,14 +69,18 @@ def step_time(a: argparse.Namespace, ts: TrainingSetup | None, device) -> dict[s
     if ts is None or device is None or ts.tp * ts.pp != 1:
         return None
     from labkit.cli.calibrate import load_calibration
-    from labkit.predict.step_seconds import step_seconds
+    from labkit.predict.step_seconds import model_gemms, step_seconds
 
     dtype = "fp32" if ts.precision == "fp32" else "bf16"
-    out = {"datasheet": step_seconds(ts.shape, ts.seq_len, ts.micro_batch, device, dtype, ts.attention)["total"]}
+    master = ts.precision != "fp32"  # the lab's AdamW keeps fp32 master weights in mixed precision
+    out = {"datasheet": step_seconds(ts.shape, ts.seq_len, ts.micro_batch, device, dtype, ts.attention,
+                                     master_weights=master)["total"], "framework": "eager"}
     cal = load_calibration(getattr(a, "calibration", None))
     if cal is not None:
-        out["calibrated"] = step_seconds(ts.shape, ts.seq_len, ts.micro_batch, cal.device(device), dtype,
-                                         ts.attention, cal.launch_s, cal.adamw_s_per_param)["total"]
+        dev = cal.device_for(device, model_gemms(ts.shape, ts.seq_len * ts.micro_batch))
+        out["calibrated"] = step_seconds(ts.shape, ts.seq_len, ts.micro_batch, dev, dtype, ts.attention, cal.launch_s,
+                                         cal.adamw_s_per_param, master_weights=master,
+                                         loss_s_per_logit=cal.loss_s_per_logit or None)["total"]
         out["calibration"] = f"{cal.machine}, {cal.date}"
     return out
 
@@ -106,7 +110,8 @@ def peak_lines(out: dict[str, Any], unit: float, u: str) -> list[str]:
                      f"does not fit on {where}: short by {gap:,.1f} {u} ({judged})")
         st = out.get("step_time")
         if st:
-            lines.append(f"step time (kernel model, one micro-batch): {st['datasheet'] * 1e3:,.1f} ms on the datasheet"
+            lines.append(f"step time (kernel model, {st['framework']} profile, one micro-batch): "
+                         f"{st['datasheet'] * 1e3:,.1f} ms on the datasheet"
                          + (f", {st['calibrated'] * 1e3:,.1f} ms on the calibration of {st['calibration']}"
                             if "calibrated" in st else ""))
         if out["fits"] and pk is not None and out["headroom_bytes"] < pk["reserve_bytes"]:

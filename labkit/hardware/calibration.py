@@ -44,6 +44,7 @@ class Calibration:
     gemm_shapes: list[dict] = field(default_factory=list)  # each {"m", "n", "k", "seconds", "flops_per_s"}
     gemm_efficiency: float = 1.0  # the step-time model's share of the dense peak when this was measured
     memory_efficiency: float = 1.0  # ... and of the memory bandwidth
+    loss_s_per_logit: float = 0.0  # fp32 cross-entropy forward + backward, seconds per logit (0: not measured)
 
     def device(self, base: Device) -> Device:
         """``base`` (a catalogue device, or :meth:`host_device`) with the measured rates in place of its datasheet's."""
@@ -108,6 +109,8 @@ def from_json(raw: object) -> Calibration:
     if raw["device_kind"] not in ("cpu", "cuda"):
         raise LabkitError(f"calibration field device_kind must be one of cpu, cuda (got {raw['device_kind']!r})")
     rates = {name: _rate(raw, name) for name in (*RATES, "gemm_efficiency", "memory_efficiency")}
+    if raw.get("loss_s_per_logit", 0) != 0:  # 0 or absent: not measured (files written before it was)
+        rates["loss_s_per_logit"] = _rate(raw, "loss_s_per_logit")
     attention = raw.get("attention_flops", {})
     if not isinstance(attention, dict):
         raise LabkitError("calibration field attention_flops must be an object of kernel -> FLOP/s")

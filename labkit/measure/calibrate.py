@@ -12,6 +12,7 @@ What the step-time model (``labkit.predict.compute``) prices, each timed here on
   achieved FLOP/s of its two products (4 b a s^2 d);
 * an element-wise kernel (``torch.mul`` of a large tensor by a scalar): bytes read plus written per second;
 * launch and dispatch: one tiny in-place add, averaged over many calls;
+* the cross-entropy's forward and backward on fp32 logits, seconds per logit;
 * the optimizer step: torch's single-tensor AdamW (the lab's) over a few million parameters, seconds per parameter.
 
 The file it writes is ``labkit.hardware.calibration``'s, with the model's kernel shares recorded.
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 
 from labkit.hardware.calibration import Calibration
 from labkit.predict.compute import GEMM_EFFICIENCY, HBM_EFFICIENCY
+from labkit.predict.step_seconds import gemm_shapes, model_gemms
 from labkit.shapes import ModelShape
 
 
@@ -48,23 +50,9 @@ def _timed(fn: Callable[[], object], device: torch.device, repeats: int = 5) -> 
     return min(times)
 
 
-def gemm_shapes(shape: ModelShape, rows: int) -> list[tuple[int, int, int]]:
-    """(m, n, k) of a layer's projections and the output layer, at ``rows`` tokens."""
-    h, kv, f = shape.hidden, shape.kv_hidden, shape.ffn_size
-    return [(rows, h + 2 * kv, h), (rows, h, h), (rows, f, h), (rows, h, f), (rows, shape.vocab, h)]
-
-
 # (n, k) of projections spanning the models the lab trains, from 0.06 M to 4 M weights: the rate of a model the
 # calibration did not see is interpolated between them (``Calibration.gemm_rate``)
 GRID = ((256, 256), (1024, 256), (512, 512), (2048, 512), (1024, 1024), (4096, 1024))
-
-
-def model_gemms(shape: ModelShape, rows: int) -> list[tuple[int, int, int, int]]:
-    """(m, n, k, count) of one forward's GEMMs: each layer's projections (the gated MLP's up twice), the output
-    layer once."""
-    up = 2 if shape.gated else 1
-    counts = [shape.layers, shape.layers, up * shape.layers, shape.layers, 1]
-    return [(m, n, k, c) for (m, n, k), c in zip(gemm_shapes(shape, rows), counts, strict=True)]
 
 
 def _gemms(shape: ModelShape, rows: int, device: torch.device, dtype: torch.dtype,
@@ -119,6 +107,20 @@ def _launch(device: torch.device, calls: int) -> float:
     return _timed(many, device, repeats=3) / calls
 
 
+def _loss(device: torch.device, rows: int, vocab: int) -> float:
+    """Seconds per logit of the cross-entropy's forward and backward on fp32 logits (``F.cross_entropy``, the
+    loss transformers and the tiny GPT call after ``logits.float()``): on a CPU its exp and log are compute-bound,
+    eight times the four passes' bytes at the element-wise bandwidth on this course's VM."""
+    logits = torch.randn(rows, vocab, device=device, requires_grad=True)
+    labels = torch.randint(0, vocab, (rows,), device=device)
+
+    def step() -> None:
+        F.cross_entropy(logits, labels).backward()
+        logits.grad = None
+
+    return _timed(step, device, repeats=3) / (rows * vocab)
+
+
 def _adamw(device: torch.device, params: int) -> float:
     ps = [torch.nn.Parameter(torch.randn(params // 4, device=device)) for _ in range(4)]
     for p in ps:
@@ -143,10 +145,12 @@ def calibrate(shape: ModelShape, device: str = "cpu", rows: int | None = None, s
     bandwidth = _bandwidth(dev, 2**30 if cuda else 2**26)
     say("launch and dispatch")
     launch = _launch(dev, 2000 if cuda else 5000)
+    say("cross-entropy")
+    loss = _loss(dev, rows, shape.vocab)
     say("AdamW step")
     adamw = _adamw(dev, 2**26 if cuda else 2**22)
     machine = torch.cuda.get_device_name(dev) if cuda else (platform.processor() or platform.machine())
     return Calibration(f"{platform.node()}: {machine}", dev.type, torch.__version__,
                        datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), name,
                        step_gemm_rate(shape, shapes), bandwidth, launch, adamw, attention,
-                       shapes, GEMM_EFFICIENCY, HBM_EFFICIENCY)
+                       shapes, GEMM_EFFICIENCY, HBM_EFFICIENCY, loss)

@@ -18,8 +18,7 @@ import torch
 
 from labkit.hardware import load_catalogue
 from labkit.hardware.calibration import Calibration
-from labkit.measure.calibrate import model_gemms
-from labkit.predict.step_seconds import step_seconds
+from labkit.predict.step_seconds import model_gemms, step_seconds
 from labkit.shapes import ModelShape
 
 
@@ -73,7 +72,8 @@ def predicted_step_times(shape: ModelShape, seq: int, batch: int, precision: str
         gemms = model_gemms(shape, seq * batch)  # the GEMM rate of this model's shapes, read off the calibration
         dev = calibration.device_for(base, gemms) if base is not None else calibration.host_device(gemms=gemms)
         out["calibrated"] = step_seconds(shape, seq, batch, dev, calibration.dtype, kind, calibration.launch_s,
-                                         calibration.adamw_s_per_param, master_weights=master)["total"]
+                                         calibration.adamw_s_per_param, master_weights=master,
+                                         loss_s_per_logit=calibration.loss_s_per_logit or None)["total"]
     return out
 
 

@@ -136,19 +136,22 @@ def embedding_backward_bytes(shape, rows: float, tp: int = 1, grad_bytes: int = 
 
 
 def extra_seconds(shape, seq: int, micro_batch: int, tp: int, pp: int, dev, prof: Profile, sp: bool = False,
-                  cp: int = 1) -> float:
+                  cp: int = 1, loss_s_per_logit: float | None = None) -> float:
     """What the framework adds to one micro-batch's kernels on the last pipeline stage (module text): unfused
     fp32 element-wise passes over b s h in every layer (split over tp under sequence parallelism), the fp32
     cross-entropy over b s V (split over tp: a vocab-parallel loss), and the embedding's backward (first stage;
-    the stages run side by side, so counted once). ``cp`` context-parallel GPUs each hold s/cp of the rows."""
+    the stages run side by side, so counted once). ``cp`` context-parallel GPUs each hold s/cp of the rows;
+    ``loss_s_per_logit`` (a calibration's measured cross-entropy) replaces the loss's passes."""
     if not (prof.bsh_passes or prof.ce_passes or prof.embedding_backward):
         return 0.0
     rows = micro_batch * seq / cp
     wide = rows * shape.hidden / (tp if sp else 1)
-    nbytes = shape.layers / pp * prof.bsh_passes * 4 * wide + prof.ce_passes * 4 * rows * shape.vocab / tp
+    logits = rows * shape.vocab / tp
+    measured = bool(prof.ce_passes and loss_s_per_logit)
+    nbytes = shape.layers / pp * prof.bsh_passes * 4 * wide + (0.0 if measured else prof.ce_passes * 4 * logits)
     if prof.embedding_backward:
         nbytes += embedding_backward_bytes(shape, rows, tp)
-    return compute.stream_seconds(nbytes, dev)
+    return compute.stream_seconds(nbytes, dev) + (loss_s_per_logit * logits if measured else 0.0)
 
 
 def optimizer_bytes_per_param(implementation: str = "fused", master_weights: bool = False) -> int:

@@ -24,20 +24,37 @@ from labkit.shapes import ModelShape
 DEFAULT_PROFILE = "eager"
 
 
+def gemm_shapes(shape: ModelShape, rows: int) -> list[tuple[int, int, int]]:
+    """(m, n, k) of a layer's projections (QKV, attention output, MLP up, MLP down) and the output layer, at
+    ``rows`` tokens: the shapes ``labkit calibrate`` times."""
+    h, kv, f = shape.hidden, shape.kv_hidden, shape.ffn_size
+    return [(rows, h + 2 * kv, h), (rows, h, h), (rows, f, h), (rows, h, f), (rows, shape.vocab, h)]
+
+
+def model_gemms(shape: ModelShape, rows: int) -> list[tuple[int, int, int, int]]:
+    """(m, n, k, count) of one forward's GEMMs: each layer's projections (the gated MLP's up twice), the output
+    layer once: what ``Calibration.device_for`` reads one model's GEMM rate for."""
+    up = 2 if shape.gated else 1
+    counts = [shape.layers, shape.layers, up * shape.layers, shape.layers, 1]
+    return [(m, n, k, c) for (m, n, k), c in zip(gemm_shapes(shape, rows), counts, strict=True)]
+
+
 def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype: str = "bf16",
                  attention: str = "fused", launch_s: float | None = None,
                  adamw_s_per_param: float | None = None, framework: str = DEFAULT_PROFILE,
-                 optimizer: str = "lab", master_weights: bool = False) -> dict[str, float]:
+                 optimizer: str = "lab", master_weights: bool = False,
+                 loss_s_per_logit: float | None = None) -> dict[str, float]:
     """Seconds of forward, backward (with the profile's extra passes) and the optimizer step of one micro-batch
     on ``device``, and their sum. ``launch_s`` (one op's measured dispatch and launch) replaces the profile's;
     ``optimizer`` is the AdamW implementation (``profiles.OPTIMIZER_IMPLEMENTATIONS``; the lab's single-tensor
-    one by default), ``master_weights`` the lab's fp32 master copies under bf16-mixed."""
+    one by default), ``master_weights`` the lab's fp32 master copies under bf16-mixed; ``loss_s_per_logit`` a
+    calibration's measured cross-entropy."""
     prof = profile(framework)
     if launch_s is not None:
         prof = replace(prof, launch_s=launch_s)
     st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention == "fused",
                        launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency)
-    extra = extra_seconds(shape, seq, batch, 1, 1, device, prof)
+    extra = extra_seconds(shape, seq, batch, 1, 1, device, prof, loss_s_per_logit=loss_s_per_logit)
     out = {"forward": st["forward"], "backward": st["backward"] + extra,
            "optimizer": optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)}
     return out | {"total": sum(out.values())}
