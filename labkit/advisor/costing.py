@@ -89,8 +89,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
                                    flash, lay.recompute, prof.launch_per_layer_s, n,
                                    prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm, cp=lay.cp)
              for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
-    kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, s_local, lay, dev,
-                                                                                              prof)
+    kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
     tp_mb = steptime.tp_seconds(shape, s_local, lay, ln["tp"], e, kernels_mb if prof.overlap_tp else 0.0)
     attention_s = compute.layer_times(shape, seq, lay.micro_batch, lay.tp, dev, dtype, lay.seq_parallel, flash,
                                       prof.launch_per_layer_s, prof.gemm_efficiency, gemm, lay.cp).attention

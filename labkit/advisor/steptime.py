@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from labkit.hardware import Link, transfer_time
 from labkit.predict import collectives as coll
-from labkit.predict import compute
+from labkit.predict import compute, profiles
 from labkit.predict.estimate import PRECISIONS
 from labkit.predict.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile
 
@@ -120,15 +120,12 @@ def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_we
 
 
 def framework_seconds(shape, seq: int, lay, dev, prof: Profile) -> float:
-    """What the framework adds to one micro-batch's kernels on the last stage (``profiles``): unfused
-    fp32 element-wise passes over b s h in every layer, and the fp32 cross-entropy over b s V."""
-    if not (prof.bsh_passes or prof.ce_passes):
-        return 0.0
-    rows = lay.micro_batch * seq
-    wide = rows * shape.hidden / (lay.tp if lay.seq_parallel else 1)
-    layers = shape.layers / lay.pp
-    return compute.stream_seconds(layers * prof.bsh_passes * 4 * wide
-                                  + prof.ce_passes * 4 * rows * shape.vocab / lay.tp, dev)
+    """What the framework adds to one micro-batch's kernels on the last stage: ``profiles.extra_seconds`` (the
+    one function ``predict.step_seconds`` shares): unfused fp32 element-wise passes over b s h in every layer,
+    the fp32 cross-entropy over b s V and, where the profile runs ``nn.Embedding`` unfused, its backward.
+    ``seq`` is the whole sequence; each of the layout's cp GPUs holds s/cp of it."""
+    return profiles.extra_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, prof, lay.seq_parallel,
+                                  getattr(lay, "cp", 1))
 
 
 def optimizer_seconds(params_on_gpu: float, lay, dev) -> float:

@@ -129,11 +129,12 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
 
 @lru_cache(maxsize=1024)
 def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
-                   gemm_efficiency: float = GEMM_EFFICIENCY, cp: int = 1) -> float:
+                   gemm_efficiency: float = GEMM_EFFICIENCY, cp: int = 1, gemm_dtype: str = "") -> float:
     """Forward of the output layer (h x V GEMM, split over tp) on the last pipeline stage, one micro-batch
-    (its s/cp rows under context parallelism)."""
-    return gemm_seconds(micro_batch * seq / cp, shape.vocab / tp, shape.hidden, dev, dtype, 4 if dtype == "fp32" else 2,
-                        efficiency=gemm_efficiency)
+    (its s/cp rows under context parallelism), at ``gemm_dtype``'s rate where given (tf32: fp32 operands on
+    TF32 tensor cores), else ``dtype``'s."""
+    return gemm_seconds(micro_batch * seq / cp, shape.vocab / tp, shape.hidden, dev, gemm_dtype or dtype,
+                        4 if dtype == "fp32" else 2, efficiency=gemm_efficiency)
 
 
 RECOMPUTE_AGAIN = ("none", "selective", "full")
@@ -150,7 +151,8 @@ def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: in
     the output layer (the last stage does); ``cp`` the context-parallel GPUs sharing the sequence."""
     lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype, cp)
     per_stage = shape.layers / pp if layers is None else layers
-    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency, cp) if logits else 0.0
+    head = "tf32" if gemm_dtype == "tf32" else ""  # the output layer stays in 16 bits under fp8 (Transformer Engine)
+    logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency, cp, head) if logits else 0.0
     again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]
     return {"forward": per_stage * lt.forward + logits, "backward": per_stage * lt.backward + 2 * logits,
             "recompute": per_stage * again}
