@@ -47,3 +47,19 @@ def test_bad_attention_flag_is_one_line_exit_2(capsys, cmd) -> None:
     assert main([*cmd, "--attention", "flashy"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [err.strip()] and "attention must be one of fused (also: flash, sdpa)" in err
+
+
+def test_training_setup_defaults_to_fused_and_keeps_one_name() -> None:
+    """The estimate's setup, the CLI and the advisor share one default (issue 21); any spelling, one name."""
+    from labkit.predict.estimate import TrainingSetup, estimate_memory
+    from labkit.shapes import model_shape
+
+    shape = model_shape("llama2-7b")
+    assert TrainingSetup(shape).attention == attention.DEFAULT == "fused"
+    for spelling, name in (("sdpa", "fused"), ("flash", "fused"), ("eager", "explicit"), ("Explicit", "explicit")):
+        assert TrainingSetup(shape, attention=spelling).attention == name
+    fused = estimate_memory(TrainingSetup(shape, seq=4096)).per_device_bytes["activations"]
+    explicit = estimate_memory(TrainingSetup(shape, seq=4096, attention="explicit")).per_device_bytes["activations"]
+    assert explicit > 2 * fused  # the s x s scores, held for backward, only with explicit attention
+    with pytest.raises(LabkitError, match="attention must be one of fused"):
+        TrainingSetup(shape, attention="flash3")

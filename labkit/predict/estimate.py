@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from labkit.errors import LabkitError, require_choice, require_divides, require_finite, require_positive
+from labkit.predict import attention as attn
 from labkit.predict.allocator import reserve_share
 from labkit.predict.bytes_per_param import FP32, GRAD16, MASTER, MOMENTS, WEIGHT16
 from labkit.predict.step_peak import StepShape, step_peak
@@ -46,7 +47,7 @@ PRECISIONS = {  # read from labkit.predict.bytes_per_param
     "fp16-mixed": Precision(WEIGHT16, GRAD16, MASTER + MOMENTS, 2),
 }
 RECOMPUTE = ("none", "selective", "full")
-ATTENTION = ("explicit", "fused")
+ATTENTION = ("explicit", "fused")  # any spelling of ``labkit.predict.attention`` is accepted, one name kept
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 ZERO_STAGES = (0, 1, 2, 3)
 MASK_BYTES = (1, 2, 4)
@@ -83,7 +84,7 @@ def activation_bytes_per_layer(
     (divided by t under sequence parallelism).
     """
     require_choice("recompute", recompute, RECOMPUTE)
-    require_choice("attention", attention, ATTENTION)
+    attention = attn.attention_kind(attention)
     require_positive("tp", tp)
     s, b, h, a = seq, micro_batch, shape.hidden, shape.heads
     e, m = act_bytes, (mask_bytes if shape.dropout else 0)
@@ -132,14 +133,19 @@ def in_flight_microbatches(pp: int, microbatches: int, schedule: str = "1f1b", c
 
 @dataclass(frozen=True)
 class TrainingSetup:
-    """A model, a micro-batch and a parallel layout: everything the estimate needs."""
+    """A model, a micro-batch and a parallel layout: everything the estimate needs.
+
+    ``attention`` defaults to ``fused`` (FlashAttention/sdpa, ``labkit.predict.attention.DEFAULT``), as the
+    command line and the advisor do; pass ``explicit`` to compare with a run that holds the s x s scores
+    (the lab's tiny GPT on the CPU). Any accepted spelling (``eager``, ``sdpa``, ``flash``) is stored by its name.
+    """
 
     shape: ModelShape
     micro_batch: int = 1
     seq: int = 0  # 0 means the model's own context length
     precision: str = "bf16-mixed"
     recompute: str = "none"
-    attention: str = "explicit"
+    attention: str = attn.DEFAULT
     mask_bytes: int = 1
     dp: int = 1
     tp: int = 1
@@ -157,7 +163,7 @@ class TrainingSetup:
             raise LabkitError(f"seq must be a positive integer or 0 for the model's own (got {self.seq!r})")
         require_choice("precision", self.precision, PRECISIONS)
         require_choice("recompute", self.recompute, RECOMPUTE)
-        require_choice("attention", self.attention, ATTENTION)
+        object.__setattr__(self, "attention", attn.attention_kind(self.attention))
         require_choice("mask_bytes", self.mask_bytes, MASK_BYTES)
         require_choice("zero_stage", self.zero_stage, ZERO_STAGES)
         require_choice("schedule", self.schedule, SCHEDULES)
