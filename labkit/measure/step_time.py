@@ -93,7 +93,7 @@ def bench_models(calibration: Calibration, batch: int = 4, seq: int = 128) -> li
         trainer = Trainer(model=build_model(spec, "sdpa", dropout=0.0, use_cache=False),
                           data={"input_ids": ids, "labels": ids})
         trainer.step()
-        measured = measured_step_seconds(trainer, steps=5, fastest=True)
+        measured = measured_step_seconds(trainer, steps=7, fastest=True)
         pred = predicted_step_times(spec.shape, seq, batch, "fp32", "sdpa", "cpu", calibration)["calibrated"]
         rows.append({"model": f"{family} {spec.shape.params / 1e6:.1f} M", "measured_s": measured,
                      "predicted_s": pred, "ratio": measured / pred})
