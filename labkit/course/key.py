@@ -15,6 +15,7 @@ from pathlib import Path
 
 from labkit.course.copies import ROOT
 from labkit.course.regrade import exercises
+from labkit.teach import prediction_mistakes
 from labkit.teach.predictions import PREDICTIONS
 
 PREDICTION_ANSWERS = ROOT / "instructor" / "predictions.json"
@@ -55,6 +56,12 @@ def answer_key(designs: bool = True, answers: Path = PREDICTION_ANSWERS) -> str:
                 value = revealed.get(key)
                 shown = json.dumps(value) if value is not None else "not recorded: rebuild the notebook"
                 out.append(f"- {key} ({pred.kind}): {pred.question}: {shown}")
+                rules = prediction_mistakes.judging(key)
+                if rules is not None and isinstance(value, int | float) and not isinstance(value, bool):
+                    band = "exact" if rules.exact else f"tolerance {100 * rules.rel_tol:g}%"
+                    values = prediction_mistakes.mistake_values(key, value)
+                    named = "; ".join(f"{k} -> {_fmt(v)}" for k, v in values.items())
+                    out.append(f"    {band}; recognised mistakes: {named}")
         for key, ex in practice.CODING.items():
             if key[:2] == nb:
                 out.append(f"- {key}: reference solution in instructor/key.py. {ex.task.splitlines()[0]}")

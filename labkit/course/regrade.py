@@ -20,7 +20,7 @@ from pathlib import Path
 
 from labkit.course.copies import ROOT
 from labkit.course.sandbox import run_submissions
-from labkit.teach import journal
+from labkit.teach import journal, prediction_mistakes
 
 TOPICS = ("storage", "inter_layer", "intra_layer", "offload", "reduction", "resilience", "economics", "future",
           "advisor")
@@ -82,7 +82,11 @@ def prediction_flags(entries: list[journal.Entry]) -> list[Flag]:
         truth = e.detail.get("truth")
         if isinstance(truth, int | float) and not isinstance(truth, bool):
             g = _number(e.answer)
-            tol = 0.0 if e.detail.get("exact") else float(e.detail.get("rel_tol", 0.1))
+            rules = prediction_mistakes.judging(e.key)  # the registry's tolerance, not the one the hand-in stores
+            if rules is not None:
+                tol = 0.0 if rules.exact else rules.rel_tol
+            else:
+                tol = 0.0 if e.detail.get("exact") else float(e.detail.get("rel_tol", 0.1))
             ok = g is not None and (g == truth if tol == 0 or truth == 0 else abs(g - truth) <= tol * abs(truth))
         elif isinstance(truth, dict):
             ok = isinstance(e.answer, dict) and all(e.answer.get(k) == v for k, v in truth.items())
