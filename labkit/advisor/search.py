@@ -1,6 +1,7 @@
 """The advisor: every layout of a model on a cluster, the rules that rule layouts out, and the ranking.
 
-``advise`` enumerates (dp, tp, pp) whose product is the GPU count, then micro-batch, ZeRO stage,
+``advise`` enumerates (dp, tp, pp, cp) whose product is the GPU count (context parallelism cp in
+``CP_DEGREES`` = 1, 2, 4, 8 from ``CP_FROM_SEQ`` = 8,192 positions on, else 1), then micro-batch, ZeRO stage,
 recompute, offload, precision and 8-bit Adam states, judges each with the rules of ``rules``
 (then the memory) and prices the kept ones with ``costing``.
 The rules, each a published constraint:
@@ -8,6 +9,8 @@ The rules, each a published constraint:
 * tp divides the heads (Megatron splits attention by head) and stays inside a node, where the
   GPUs share NVLink: its all-reduces run twice per block and would crawl over the network;
 * pp divides the layers (equal stages); dp x micro-batch divides the global batch;
+* cp splits the sequence into 2 x cp equal chunks (Megatron's causal load balance) and runs the fused
+  attention kernel (the ring is Transformer Engine's); ZeRO shards over dp x cp GPUs;
 * ZeRO stages 2 and 3 shard gradients, which a pipeline's gradient accumulation needs whole:
   DeepSpeed allows only stage 0 or 1 with pipeline parallelism (and so no offload either);
 * ZeRO-Offload runs on ZeRO-2 (DeepSpeed also offloads the optimizer to the CPU on ZeRO-3) and
@@ -236,8 +239,8 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
             continue
         for stage, rec, off, prec, bits in options:
             lay = replace(first, zero_stage=stage, recompute=rec, offload=off, precision=prec, optimizer_bits=bits)
-            if option_problem(lay)[0] or (dp == 1 and 0 < stage and off == "none" and "zero_stage" not in fixed):
-                continue  # engines do not offer it, or ZeRO over one GPU: the same as stage 0
+            if option_problem(lay)[0] or (dp * cp == 1 and 0 < stage and off == "none" and "zero_stage" not in fixed):
+                continue  # engines do not offer it, or ZeRO over one GPU (dp x cp = 1): the same as stage 0
             plan = evaluate(shape, seq, global_batch, lay, mc)
             (kept if plan.feasible else rejected).append(plan)
     seen = {p.layout for p in kept}
