@@ -165,3 +165,21 @@ def test_estimate_judges_a_sharded_layout_on_its_predicted_peak(capsys) -> None:
     assert out["headroom_bytes"] == pytest.approx(out["usable_bytes"] - out["step_peak"]["bytes"])
     assert main(argv) == 0
     assert "whole-step peak (predicted)" in capsys.readouterr().out
+
+
+def test_bench_prices_three_models_calibration_did_not_use_as_a_ratio() -> None:
+    """Measured beside predicted, reported not asserted: only that every row is there, finite and positive."""
+    import math
+
+    from labkit.measure.step_time import BENCH_MODELS, bench_models, predicted_step_times
+
+    cal = _cal([_shape(16, 256, 256, 40e9), _shape(16, 4096, 1024, 20e9)])
+    rows = bench_models(cal, batch=1, seq=16)
+    assert [r["model"].split()[0] for r in rows] == [m[0] for m in BENCH_MODELS] and "gpt2" not in str(rows)
+    assert all(math.isfinite(r["ratio"]) and r["ratio"] > 0 and r["predicted_s"] > 0 for r in rows)
+    shape = shape_from_hf_config("tinyllama-1.1b")
+    pred = predicted_step_times(shape, 64, 1, "fp32", "sdpa", "cpu", cal)
+    dev = cal.host_device(gemms=model_gemms(shape, 64))
+    assert pred["datasheet"] is None  # a CPU has no datasheet
+    assert pred["calibrated"] == pytest.approx(step_seconds(shape, 64, 1, dev, "fp32", "fused", cal.launch_s,
+                                                            cal.adamw_s_per_param)["total"])
