@@ -16,7 +16,8 @@ A100 = hardware.gpu("A100-80GB")
 
 
 def test_stage_time_is_the_advisors_kernel_model_without_the_bubble():
-    setup = TrainingSetup(GPT3, micro_batch=1, seq=2048, tp=8, pp=16, sp=True, recompute="full")
+    setup = TrainingSetup(GPT3, micro_batch=1, seq=2048, tp=8, pp=16, sp=True, recompute="full",
+                          attention="explicit")
     t = stage_times(setup, A100, hardware.link("ib-hdr"))
     k = compute.stage_seconds(GPT3, 2048, 1, 8, 16, A100, "bf16", True, False, "full")
     assert (t.t_fwd, t.t_bwd) == (k["forward"], k["backward"] + k["recompute"])

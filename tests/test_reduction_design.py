@@ -79,8 +79,8 @@ def test_agrees_with_estimate_exactly_where_settings_overlap():
         for recompute in RECOMPUTE:
             for precision in PRECISIONS:
                 d = design.evaluate(name, "H200", 2, seq, recompute, precision, 32)
-                est = estimate_memory(TrainingSetup(model_shape(name), 2, seq, precision, recompute),
-                                      d.capacity_bytes)
+                setup = TrainingSetup(model_shape(name), 2, seq, precision, recompute, attention="explicit")
+                est = estimate_memory(setup, d.capacity_bytes)
                 parts = est.per_device_bytes
                 assert d.by_category == {k: parts[k] for k in design.CATEGORIES}
                 assert d.total_bytes == parts["total"] and d.fits == est.fits

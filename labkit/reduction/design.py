@@ -206,7 +206,8 @@ def evaluate(model: str | ModelShape, gpu: str | Device, micro_batch: int = 1, s
     require_choice("precision", precision, PRECISION_NAMES)
     require_choice("optimizer_bits", optimizer_bits, OPTIMIZER_BITS)
     setup = TrainingSetup(shape, micro_batch=micro_batch, seq=seq, precision=precision,
-                          recompute="none" if recompute == "sqrt" else recompute)
+                          recompute="none" if recompute == "sqrt" else recompute,
+                          attention="explicit")  # the s x s scores held: what selective recompute saves
     parts = dict(estimate_memory(setup).per_device_bytes)
     parts.pop("total")
     s, e = setup.seq_len, PRECISIONS[precision].activation
