@@ -55,22 +55,22 @@ class Calibration:
                        source=f"labkit calibrate on {self.machine}, {self.date}, torch {self.torch}")
 
     def gemm_rate(self, m: float, n: float, k: float) -> float:
-        """FLOP/s of a GEMM's forward and backward at (m x k) @ (k x n), read off the measured shapes: interpolated
-        in log-log on the weight's size k x n between the nearest two measured (the rate on a CPU falls as the
-        weight outgrows its caches: 60-90 GFLOP/s for 0.25-1 M weights, 23 for GPT-2's 39 M output layer, on this
-        course's VM), the nearest one's beyond them; the file's ``gemm_flops`` when it holds no shapes."""
-        pts = sorted((s["k"] * s["n"], 6.0 * s["m"] * s["n"] * s["k"]
-                      / (s["seconds"] + s.get("backward_seconds", 2 * s["seconds"]))) for s in self.gemm_shapes)
+        """FLOP/s of a GEMM's forward and backward at (m x k) @ (k x n), read off the measured shapes: a straight
+        line through log rate against log weight size (k x n), least squares over every measured shape, taken at
+        this size clamped to the measured range. On a shared CPU one shape's timing can be 2x off (another
+        process takes a core), so a fit through all of them, not the two nearest, sets the rate; on a quiet VM
+        the rates ran 100-175 GFLOP/s across 0.07-39 M weights. The file's ``gemm_flops`` when it holds no shapes."""
+        pts = [(math.log(s["k"] * s["n"]), math.log(6.0 * s["m"] * s["n"] * s["k"]
+                                                   / (s["seconds"] + s.get("backward_seconds", 2 * s["seconds"]))))
+               for s in self.gemm_shapes]
         if not pts:
             return self.gemm_flops
-        size = k * n
-        if size <= pts[0][0]:
-            return pts[0][1]
-        for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
-            if size <= s1:
-                t = math.log(size / s0) / math.log(s1 / s0) if s1 > s0 else 1.0
-                return math.exp(math.log(r0) + t * (math.log(r1) - math.log(r0)))
-        return pts[-1][1]
+        xs, ys = [x for x, _ in pts], [y for _, y in pts]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in pts) / var if var else 0.0
+        x = min(max(math.log(k * n), min(xs)), max(xs))
+        return math.exp(my + slope * (x - mx))
 
     def device_for(self, base: Device, gemms: list[tuple[float, float, float, float]]) -> Device:
         """:meth:`device` with the GEMM rate of one model's step: ``gemms`` is (m, n, k, count) of its GEMMs,
