@@ -154,7 +154,14 @@ JS_OPEN = """async (path) => {
   await panel.sessionContext.ready;
   app.shell.activateById(panel.id);
   const kernel = panel.sessionContext.session.kernel;
-  window.__labkit = {panel, errors: [], idle: 0};
+  window.__labkit = {panel, errors: [], idle: 0, events: [], stalledSince: null};
+  // a kernel that dies or restarts, or a dropped connection, stops Run All without an error output
+  panel.sessionContext.statusChanged.connect((_, s) => {
+    if (['restarting', 'autorestarting', 'dead', 'terminating'].includes(s)) window.__labkit.events.push(s);
+  });
+  panel.sessionContext.connectionStatusChanged.connect((_, s) => {
+    if (s !== 'connected') window.__labkit.events.push('connection ' + s);
+  });
   kernel.iopubMessage.connect((_, msg) => {
     const t = msg.header.msg_type;
     // errors of cells show in their outputs; these are the others (a widget's callback)
@@ -176,20 +183,25 @@ JS_RUN_ALL = """async () => {
   return true;
 }"""
 
-# True once the kernel is idle and every code cell has run, or a cell failed (run-all stops there).
+# True once the kernel is idle and every code cell has run, or a cell failed (run-all stops there), or the
+# run stopped: the kernel idle, no cell queued and cells left unrun for STALL_MS (a kernel restart, a
+# dropped websocket); JS_PROGRESS then says where, and the test fails at once instead of at its timeout.
+STALL_MS = 20_000
 JS_DONE = """() => {
-  const panel = window.__labkit.panel;
+  const lk = window.__labkit, panel = lk.panel;
   const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
-  if (!kernel || kernel.status !== 'idle') return false;
-  let failed = false, pending = false;
+  let failed = false, pending = false, running = false;
   for (const cell of panel.model.cells) {
     if (cell.type !== 'code') continue;
-    if (cell.executionState === 'running') return false;
+    if (cell.executionState === 'running') running = true;
     if (cell.outputs.toJSON().some((o) => o.output_type === 'error')) failed = true;
     if (cell.executionCount === null && cell.sharedModel.getSource().trim() !== '') pending = true;
   }
-  return failed || !pending;
-}"""
+  if (!kernel || kernel.status !== 'idle' || running) { lk.stalledSince = null; return false; }
+  if (failed || !pending) return true;
+  if (lk.stalledSince === null) lk.stalledSince = Date.now();
+  return Date.now() - lk.stalledSince > STALL_MS;
+}""".replace("STALL_MS", str(STALL_MS))
 
 # Where a run stands, for a timeout's message: code cells run of all, and the cell running now.
 JS_PROGRESS = """() => {
@@ -204,7 +216,7 @@ JS_PROGRESS = """() => {
     }
     i += 1;
   }
-  return {ran, total, running, kernel: kernel ? kernel.status : 'none'};
+  return {ran, total, running, kernel: kernel ? kernel.status : 'none', events: window.__labkit.events};
 }"""
 
 # Error outputs of the cells, and errors the kernel sent outside them (widget callbacks).
@@ -255,47 +267,3 @@ JS_PANEL_STATE = """(index) => {
 def panel_selector(index: int) -> str:
     """CSS selector for the panel that JS_FIND_PANELS marked with ``index``."""
     return f'[data-labkit-panel="{index}"]'
-
-# Answer an exercise the way a learner does: a code cell typed into the open notebook and run.
-
-# Add a code cell with ``source`` at the end of the open notebook; returns its index.
-JS_ADD_CELL = """(source) => {
-  const panel = window.__labkit.panel;
-  const index = panel.model.cells.length;
-  panel.model.sharedModel.insertCell(index, {cell_type: 'code', source});
-  return index;
-}"""
-
-# Set the source of cell ``index`` (as if typed), select it and run it alone (the toolbar's "run" button).
-JS_EDIT_AND_RUN = """async ([index, source]) => {
-  const app = window.jupyterapp;
-  const panel = window.__labkit.panel;
-  app.shell.activateById(panel.id);
-  panel.model.cells.get(index).sharedModel.setSource(source);
-  panel.content.activeCellIndex = index;
-  panel.content.deselectAll();
-  void app.commands.execute('notebook:run-cell');  // not awaited: the test polls JS_CELL_OUTPUT with a timeout
-  return true;
-}"""
-
-# What cell ``index`` shows: its execution count, whether it runs, and the text its output area renders.
-JS_CELL_OUTPUT = """(index) => {
-  const panel = window.__labkit.panel;
-  const cell = panel.model.cells.get(index);
-  const outs = panel.content.widgets[index].node.querySelectorAll('.jp-OutputArea-output');  // not the prompt
-  const text = Array.from(outs).map((o) => o.innerText.trim()).join('\\n');
-  return {count: cell.executionCount, state: cell.executionState, text};
-}"""
-
-# Every code cell of the open notebook: its index, its source, and the text its outputs show on the page.
-JS_CELL_TEXTS = """() => {
-  const panel = window.__labkit.panel;
-  const found = [];
-  panel.content.widgets.forEach((cell, index) => {
-    if (cell.model.type !== 'code') return;
-    const outs = cell.node.querySelectorAll('.jp-OutputArea-output');  // not the prompt
-    const output = Array.from(outs).map((o) => o.innerText).join('\\n');
-    found.push({index, source: cell.model.sharedModel.getSource(), output});
-  });
-  return found;
-}"""

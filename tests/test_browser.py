@@ -29,15 +29,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from browser_cells import JS_ADD_CELL, JS_CELL_OUTPUT, JS_CELL_TEXTS, JS_EDIT_AND_RUN
 from browser_helpers import (
     BROWSER_NOTEBOOKS,
     CHROMIUM,
     CHROMIUM_ARGS,
-    JS_ADD_CELL,
-    JS_CELL_OUTPUT,
-    JS_CELL_TEXTS,
     JS_DONE,
-    JS_EDIT_AND_RUN,
     JS_ERRORS,
     JS_FIND_PANELS,
     JS_IDLE_COUNT,
@@ -81,6 +78,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     env = {"LABKIT_JOURNAL": str(home / JOURNAL), "LABKIT_ANSWER_SINK": str(home / SINK)}
     with lab_server(home / "labs", home, env=env) as server:
         yield server
+
+
+def _log_tail(lab: LabServer, lines: int = 30) -> str:
+    """The end of the JupyterLab server's log (a kernel that died or restarted says so there)."""
+    log = lab.root.parent / "lab.log"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.is_file() else "(no log)"
 
 
 def _answers(lab: LabServer, notebook: str) -> dict[str, object]:
@@ -185,6 +188,10 @@ def test_notebook_runs_in_the_browser_and_its_panel_reacts(lab: LabServer, page:
                         f"{page.evaluate(JS_PROGRESS)}")
         ran = time.monotonic() - start
         assert page.evaluate(JS_ERRORS) == [], f"{name}: error output"
+        progress = page.evaluate(JS_PROGRESS)
+        if progress["ran"] < progress["total"]:
+            pytest.fail(f"{name}: Run All stopped without an error after {progress['ran']} of {progress['total']} "
+                        f"code cells: {progress}; the lab's log ends:\n{_log_tail(lab)}")
         notebook, journal_file = name[:2], lab.root.parent / JOURNAL
         answers = _answers(lab, notebook)
         check_nothing_revealed(notebook, page.evaluate(JS_CELL_TEXTS), answers)
