@@ -97,14 +97,30 @@ def _bandwidth(device: torch.device, nbytes: int) -> float:
     return 2.0 * x.nbytes / _timed(lambda: torch.mul(x, 2.0, out=out), device)
 
 
-def _launch(device: torch.device, calls: int) -> float:
-    x = torch.zeros(1, device=device)
+def _per_call(x: torch.Tensor, calls: int, device: torch.device) -> float:
+    out = torch.empty_like(x)
 
     def many() -> None:
         for _ in range(calls):
-            x.add_(1.0)
+            torch.mul(x, 2.0, out=out)
 
     return _timed(many, device, repeats=3) / calls
+
+
+def _launch(device: torch.device, calls: int) -> float:
+    """One op's fixed cost. On CUDA: a one-element op (the launch; the kernel itself takes less). On a CPU an op
+    on more than ATen's grain (32,768 elements, ``at::internal::GRAIN_SIZE``) runs in an OpenMP parallel region
+    whose threads wake and join every call: about 50 us on this course's VM (OMP_WAIT_POLICY=PASSIVE) against
+    3 us below the grain, and a model's activations are above it. So on a CPU: the fixed part of a line through
+    an op's time at 2^16 and 2^18 elements (their bytes' share taken off), else the one-element op's if larger."""
+    tiny = _per_call(torch.zeros(1, device=device), calls, device)
+    if device.type == "cuda":
+        return tiny
+    small, large = 2**16, 2**18
+    t_small = _per_call(torch.randn(small, device=device), calls // 10, device)
+    t_large = _per_call(torch.randn(large, device=device), calls // 10, device)
+    fixed = t_small - (t_large - t_small) * small / (large - small)
+    return max(tiny, fixed)
 
 
 def _loss(device: torch.device, rows: int, vocab: int) -> float:
