@@ -7,11 +7,13 @@ What the step-time model (``labkit.predict.compute``) prices, each timed here on
   ``rows`` = batch x sequence), each forward GEMM and its backward's two: the calibrated rate is a
   training step's GEMM FLOPs over their measured seconds (``step_gemm_rate``; a median of the
   per-shape rates was 1.5-1.9x slow on this course's CPU: the weight gradients, whose inner size is
-  the rows, run up to twice as fast as the forward there);
+  the rows, run up to twice as fast as the forward there), and the same at ``GRID``'s sizes, so that
+  ``Calibration.gemm_rate`` reads a model it never saw off a line through them;
 * attention, eager (``softmax(Q K^T) V`` written out) and sdpa (``scaled_dot_product_attention``):
   achieved FLOP/s of its two products (4 b a s^2 d);
 * an element-wise kernel (``torch.mul`` of a large tensor by a scalar): bytes read plus written per second;
-* launch and dispatch: one tiny in-place add, averaged over many calls;
+* launch and dispatch: one op's fixed cost, averaged over many calls (on a CPU the OpenMP region an op
+  above ATen's grain opens, ``_launch``);
 * the cross-entropy's forward and backward on fp32 logits, seconds per logit;
 * the optimizer step: torch's single-tensor AdamW (the lab's) over a few million parameters, seconds per parameter.
 
