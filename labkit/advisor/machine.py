@@ -50,8 +50,9 @@ class Machine:
 
     @property
     def usable_bytes(self) -> float:
-        """Bytes a plan may use on one GPU: its true capacity less the headroom."""
-        return self.cluster.device.memory_bytes * self.usable_fraction
+        """Bytes a plan may use on one GPU: what torch can allocate of it (``Device.usable_memory_bytes``:
+        measured where the catalogue has it, else the stated rule) less the headroom."""
+        return self.cluster.device.usable_memory_bytes * self.usable_fraction
 
     @property
     def ssds_per_server(self) -> int:

@@ -57,10 +57,11 @@ def option_problem(lay: Layout) -> tuple[str, str]:
 def memory_problems(mem: dict[str, float], mc: Machine) -> list[tuple[str, str]]:
     """(rule, why) for each place the plan's bytes do not fit: GPU memory, host DRAM, NVMe."""
     usable, node, out = mc.usable_bytes, mc.cluster.gpus_per_node, []
-    cap = mc.cluster.device.memory_bytes
+    cap, torch_can = mc.cluster.device.memory_bytes, mc.cluster.device.usable_memory_bytes
     if mem["total"] > usable:
         out.append(("memory", f"needs {mem['total'] / GB:,.1f} GB per GPU, holds {usable / GB:,.1f} "
-                              f"({100 * mc.usable_fraction:.0f}% of {cap / GB:.1f} GB, {cap / 2**30:.0f} GiB)"))
+                              f"({100 * mc.usable_fraction:.0f}% of the {torch_can / GB:.1f} GB torch can allocate "
+                              f"of {cap / GB:.1f} GB, {cap / 2**30:.0f} GiB)"))
     if mem["dram"] * node > mc.dram_bytes:
         out.append(("host-dram", f"needs {mem['dram'] * node / GB:,.0f} GB of host DRAM per host, "
                                  f"{mc.host.name} has {mc.dram_bytes / GB:,.0f}"))
