@@ -125,3 +125,14 @@ def test_an_exact_cp_layout_is_priced_as_given() -> None:
     adv = search.advise(LLAMA, 64, "H100-SXM", 32, seq=32768, fixed={"dp": 2, "tp": 8, "pp": 1, "cp": 2})
     assert adv.exact is not None and adv.exact.layout.cp == 2 and adv.exact.layout.gpus == 32
     assert all(p.layout.cp == 2 for p in adv.kept)
+
+
+def test_zero_shards_states_over_dp_times_cp_and_activations_split_by_cp() -> None:
+    """Megatron-Core's distributed optimizer shards over the data-parallel-with-context group."""
+    from labkit.advisor import footprint
+
+    shape = model_shape("llama2-7b")
+    one = footprint.memory(shape, 32768, Layout(dp=4, tp=2, pp=1, cp=1, zero_stage=1), 1)
+    four = footprint.memory(shape, 32768, Layout(dp=1, tp=2, pp=1, cp=4, zero_stage=1), 1)
+    assert four["optimizer"] == pytest.approx(one["optimizer"])  # both shard over 4 GPUs holding the same weights
+    assert four["activations"] == pytest.approx(one["activations"] / 4)

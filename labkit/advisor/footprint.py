@@ -42,7 +42,10 @@ def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]
     """Bytes per GPU by category (parameters, gradients, optimizer, activations, total) and off the GPU."""
     widest = max(lay.stage_layers(shape.layers))  # every stage priced as the largest one: a bound
     shape = shape if widest * lay.pp == shape.layers else replace(shape, layers=widest * lay.pp)
-    mem = dict(_estimate(shape, seq, lay.dp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,
+    cp = getattr(lay, "cp", 1)
+    # ZeRO shards over every GPU holding the same weights: the data-parallel and context-parallel ranks
+    # (Megatron-Core's distributed optimizer uses the data-parallel-with-context group).
+    mem = dict(_estimate(shape, seq, lay.dp * cp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,
                          lay.states, lay.seq_parallel, lay.schedule, lay.chunks, lay.attention))
     psi = shape.params
     if lay.optimizer_bits == 8:
@@ -50,17 +53,17 @@ def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]
     mem["dram"] = mem["nvme"] = 0.0
     mdl = offload_model(lay.offload, lay.zero_stage)
     if mdl is not None:
-        n = lay.dp  # ZeRO shards over the data-parallel GPUs
+        n = lay.dp * cp  # ZeRO shards over the data- and context-parallel GPUs
         scale = 1.0 / (lay.tp * lay.pp)
         mem["parameters"] = (om.working_bytes(shape.params_per_layer, lay.tp) if mdl.streams_layers
                              else mdl.gpu_bytes_per_param(n) * psi * scale)
         mem["gradients"] = mem["optimizer"] = 0.0
         mem["dram"] = mdl.host_bytes_per_param * psi * scale / n
         mem["nvme"] = mdl.nvme_bytes_per_param * psi * scale / n
-    mem["activations"] /= getattr(lay, "cp", 1)
+    mem["activations"] /= cp
     mem["states_plus_activations"] = sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
     step = ShardedStep(shape, lay.micro_batch, seq, mem["parameters"], mem["gradients"], mem["optimizer"],
-                       mem["activations"], lay.tp, lay.pp, getattr(lay, "cp", 1), lay.seq_parallel,
+                       mem["activations"], lay.tp, lay.pp, cp, lay.seq_parallel,
                        "fp32" if lay.states == "fp32" else "bf16-mixed")
     mem["total"] = sharded_peak(step).peak
     return mem
