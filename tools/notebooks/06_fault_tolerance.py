@@ -264,8 +264,8 @@ print(cluster.cluster_table(cluster.cluster_intervals(sizes, params, writers=128
 # A checkpoint on a node's own NVMe drive does **not** survive the loss of that node, and a
 # failed node is exactly when the checkpoint is needed: that node's shards are gone with it.
 # A usable plan copies each shard off the node, to a peer's memory (Gemini) or to remote
-# storage, and the bandwidth of that copy sets C. The same job with each rank sending its
-# shard over its own InfiniBand NDR link (the catalogue's bandwidth) into the host memory of
+# storage, and the bandwidth of that copy sets C. The same job with each of the 128 writers
+# sending its shard over its own InfiniBand NDR link (the catalogue's bandwidth) into the host memory of
 # a peer on another node, as Gemini does:
 
 # %%
@@ -275,7 +275,8 @@ print(cluster.cluster_table(peer))
 # %% [markdown]
 # Here the network copy is also faster than the local drive, so C shrinks and goodput rises;
 # the restart, dominated by the assumed 10 minutes, hardly changes. At 100,000 GPUs neither
-# plan keeps goodput high: failures come every half hour and each costs a restart.
+# plan keeps goodput high: failures come about every half hour (the MTBF column) and each
+# costs a restart.
 
 # %% [markdown]
 # ## 8 · Redundant computation: a neighbour takes over
