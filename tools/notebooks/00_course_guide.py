@@ -64,8 +64,12 @@
 #   model. A wrong answer is diagnosed (a unit slip such as bytes for GB, percent for fraction, bits for
 #   bytes, GiB for GB; or the exercise's own likely mistakes, such as a forgotten term) and gets one more
 #   hint step per try, the last being the worked answer.
+# * A **coding exercise** (`practice.check_code("08.code.evict", evict)`) runs real tests on your
+#   function. A failure names the test that failed and shows one hint step for that test per failed try
+#   (a question, then a direction); the worked answer, in words, comes only on the third.
 # * **Collecting answers.** Every check and reveal is appended as it happens to `labkit-journal.jsonl`
-#   beside the notebook (a kernel restart loses nothing). At the end of a notebook a student runs
+#   beside the notebook (a kernel restart loses nothing). Each line carries a digest of the line before
+#   it, so a line deleted, moved or edited before export shows in the hand-in and in `collect`. At the end of a notebook a student runs
 #   `checks.export_answers("answers-01.json", student="name", notebook="01")`, which writes each try in
 #   order with its verdict and diagnosis, plus a summary scored by the committed guesses and by "ever
 #   right" and tries. An instructor gathers a class's files with `python -m labkit.course collect DIR`.

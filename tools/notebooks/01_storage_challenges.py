@@ -67,7 +67,8 @@ print(data.corpus().splitlines()[0])
 # %% [markdown]
 # The picture to keep in mind (predicted by `labkit.predict.estimate`): one GPU's share of
 # GPT-3 175B in that layout, against an A100's true capacity, with every layer keeping its
-# activations and with the script's `--checkpoint-activations` (`recompute="full"`). The
+# activations (the s x s attention scores included: Megatron-LM's 2021 kernels stored them,
+# `attention="explicit"`) and with the script's `--checkpoint-activations` (`recompute="full"`). The
 # same model on a single GPU is printed, not drawn: its bar would dwarf these.
 
 # %%
@@ -75,11 +76,12 @@ gpt3 = model_shape("gpt3-175b")
 a100 = hardware.gpu("A100-80GB")
 print(f"{a100.name}: sold as {a100.memory_nominal_bytes / 1e9:.0f} GB, holds {a100.memory_bytes / 2**30:.1f} GiB "
       f"= {a100.memory_bytes / 1e9:.1f} GB (true capacity: fit verdicts use it)")
-megatron = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8),
+megatron = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8, attention="explicit"),
                            a100.memory_bytes, a100.name)
-megatron_ckpt = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8, recompute="full"),
-                                a100.memory_bytes, a100.name)
-alone = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048), a100.memory_bytes, a100.name)
+megatron_ckpt = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8, recompute="full",
+                                              attention="explicit"), a100.memory_bytes, a100.name)
+alone = estimate_memory(TrainingSetup(gpt3, micro_batch=1, seq=2048, attention="explicit"), a100.memory_bytes,
+                        a100.name)
 for label, est in (("tp8 pp16 dp8, activations kept", megatron),
                    ("tp8 pp16 dp8, --checkpoint-activations", megatron_ckpt)):
     print(f"{label}: {est.per_device_bytes['total'] / 1e9:.1f} GB per GPU, "
@@ -305,16 +307,17 @@ assert flops.total == predicted_flops
 activations_more_than_half = {"gpt2": None, "gpt3 on one GPU": None}  # True or False
 
 # %% [markdown]
-# All predicted by `labkit.predict.estimate` (16-bit mixed precision unless noted):
+# All predicted by `labkit.predict.estimate` (16-bit mixed precision; the s x s attention scores
+# stored, `attention="explicit"`, as in GPT-2's and Megatron-LM's 2021 code, unless marked fused):
 
 # %%
 h100 = hardware.gpu("H100-SXM")
 cases = {
-    "GPT-2, b=8, s=1024": TrainingSetup(model_shape("gpt2"), micro_batch=8, seq=1024),
-    "GPT-3 175B on one GPU": TrainingSetup(gpt3, micro_batch=1, seq=2048),
-    "GPT-3, tp8 pp16 dp8": TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8),
+    "GPT-2, b=8, s=1024": TrainingSetup(model_shape("gpt2"), micro_batch=8, seq=1024, attention="explicit"),
+    "GPT-3 175B on one GPU": TrainingSetup(gpt3, micro_batch=1, seq=2048, attention="explicit"),
+    "GPT-3, tp8 pp16 dp8": TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8, attention="explicit"),
     "  + seq. parallel, selective": TrainingSetup(gpt3, micro_batch=1, seq=2048, tp=8, pp=16, dp=8,
-                                                  sp=True, recompute="selective"),
+                                                  sp=True, recompute="selective", attention="explicit"),
     "Llama-2 7B, s=4096, fused": TrainingSetup(model_shape("llama2-7b"), seq=4096, attention="fused"),
     "  + ZeRO-3 over 8 GPUs": TrainingSetup(model_shape("llama2-7b"), seq=4096, attention="fused",
                                             zero_stage=3, dp=8),

@@ -311,7 +311,8 @@ print("with a stash (pipedream, 2bw) every gradient equals the true one bit for 
 #
 # The same formulas and the same simulator, on a real model and cluster (predicted):
 # tensor parallel 8 inside a node, pipeline p = 16 across nodes over InfiniBand HDR,
-# data parallel 8 with ZeRO stage 1. Stage times come from a roofline of each layer's
+# data parallel 8 with ZeRO stage 1, attention scores stored as Megatron-LM's 2021 kernels
+# did (`attention="explicit"`). Stage times come from a roofline of each layer's
 # kernels (`labkit.predict.compute`, the advisor's kernel model of notebook 09); the
 # simulator adds the bubble, and ZeRO's traffic is a ring collective. Memory is in GiB
 # (2^30 B), and "fits" compares it with the GPU's true capacity: an A100 sold as "80 GB"
@@ -319,12 +320,13 @@ print("with a stash (pipedream, 2bw) every gradient equals the true one bit for 
 
 # %%
 gpt3, a100, ib = model_shape("gpt3-175b"), hardware.gpu("A100-80GB"), hardware.link("ib-hdr")
+megatron = {"tp": 8, "pp": 16, "dp": 8, "zero_stage": 1, "attention": "explicit"}  # the s x s scores kept, as in 2021
 layouts = {
-    "GPipe, m=32": TrainingSetup(gpt3, seq=2048, tp=8, pp=16, dp=8, zero_stage=1, schedule="gpipe", microbatches=32),
-    "1F1B, m=32": TrainingSetup(gpt3, seq=2048, tp=8, pp=16, dp=8, zero_stage=1, microbatches=32),
-    "1F1B, m=128": TrainingSetup(gpt3, seq=2048, tp=8, pp=16, dp=8, zero_stage=1, microbatches=128),
-    "interleaved v=2, m=32": TrainingSetup(gpt3, seq=2048, tp=8, pp=16, dp=8, zero_stage=1, schedule="interleaved",
-                                           microbatches=32, chunks=2),
+    "GPipe, m=32": TrainingSetup(gpt3, seq=2048, schedule="gpipe", microbatches=32, **megatron),
+    "1F1B, m=32": TrainingSetup(gpt3, seq=2048, microbatches=32, **megatron),
+    "1F1B, m=128": TrainingSetup(gpt3, seq=2048, microbatches=128, **megatron),
+    "interleaved v=2, m=32": TrainingSetup(gpt3, seq=2048, schedule="interleaved", microbatches=32, chunks=2,
+                                           **megatron),
 }
 plans = {k: scale.plan(v, a100, ib, ib) for k, v in layouts.items()}
 print(tables.text_table(

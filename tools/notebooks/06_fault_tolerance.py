@@ -46,14 +46,9 @@ traces = {t.name: t for t in failure_traces()}
 sizes = (1_024, 4_096, 16_384, 100_000)
 llama = traces["Llama 3"]
 print(checks.reveal_number(predicted_per_day_16k, llama.failures_per_day(16_384), "Per day on 16,384 GPUs", "", 1,
-                           key="06.predict.per_day_16k", rel_tol=0.5,  # an empirical rate: judged within a band
-                           mistakes={"the whole run's count, not a day's": llama.unexpected,
-                                     "the hours between failures, not failures a day": llama.mtbf_hours(16_384)}))
+                           key="06.predict.per_day_16k"))  # an empirical rate: judged within a band
 print(checks.reveal_number(predicted_per_day_100k, llama.failures_per_day(100_000), "Per day on 100,000 GPUs", "", 1,
-                           key="06.predict.per_day_100k", rel_tol=0.5,
-                           mistakes={"the 16,384-GPU rate, not scaled to 100,000 GPUs": llama.failures_per_day(16_384),
-                                     "scaled the wrong way: more GPUs fail more often":
-                                         llama.failures_per_day(16_384) ** 2 / llama.failures_per_day(100_000)}))
+                           key="06.predict.per_day_100k"))
 
 # %%
 for t in traces.values():
@@ -201,8 +196,7 @@ sw = sweep.sweep(100 * M, C, R, M, sweep.minute_grid(1, 30), seeds=5, trials=80)
 assert all(abs(p.goodput - p.daly_goodput) < 0.01 for p in sw.points)  # simulated = Daly's model
 (lo, hi), (lo1, hi1) = sw.plateau(), sw.within(0.01)
 print(checks.reveal_number(predicted_interval_min, sw.best.interval_s / 60, "Best interval (simulated)", "min", 1,
-                           key="06.predict.best_interval",
-                           rel_tol=0.25))  # the optimum is flat: 7-10 min are within noise of the best
+                           key="06.predict.best_interval"))
 
 # %%
 print(sw.table())
