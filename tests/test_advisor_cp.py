@@ -127,6 +127,18 @@ def test_an_exact_cp_layout_is_priced_as_given() -> None:
     assert all(p.layout.cp == 2 for p in adv.kept)
 
 
+def test_every_spelling_of_explicit_attention_keeps_the_search_at_cp_1_and_cp_0_is_refused() -> None:
+    from dataclasses import replace
+
+    long = replace(model_shape("llama2-7b"), seq=8192)
+    for spelling in ("explicit", "eager"):
+        assert search.cp_degrees(8, 8192, {"attention": spelling}) == (1,)
+        search.advise(long, 16, "H100", gpus=8, fixed={"attention": spelling, "dp": 2, "tp": 2, "pp": 1})
+    assert search.cp_degrees(8, 8192, {"attention": "sdpa"}) == (1, 2, 4, 8)
+    with pytest.raises(LabkitError, match=r"cp must be a positive integer \(got 0\)"):
+        search.advise("llama2-7b", 16, "H100", gpus=8, fixed={"cp": 0})
+
+
 def test_zero_shards_states_over_dp_times_cp_and_activations_split_by_cp() -> None:
     """Megatron-Core's distributed optimizer shards over the data-parallel-with-context group."""
     from labkit.advisor import footprint

@@ -269,3 +269,12 @@ def test_bad_convention_flags_are_one_line_and_exit_2(capsys, argv, message):
     lines = captured.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("labkit: error: ") and message in lines[0], captured.err
     assert captured.out == ""
+
+
+@pytest.mark.parametrize("convention", ["zero", "deepspeed"])
+def test_the_judged_peak_is_never_below_the_tables_states_and_activations(capsys, convention):
+    """DeepSpeed's convention prices larger states than ZeRO's 16 B/param: the peak is built on the table's."""
+    out = run_json(capsys, "estimate", "--model", "llama2-7b", "--zero", "2", "--dp", "4", "--gpu", "h100",
+                   "--convention", convention)
+    assert out["step_peak"]["bytes"] >= out["per_device_bytes"]["total"]
+    assert out["headroom_bytes"] == pytest.approx(out["usable_bytes"] - out["step_peak"]["bytes"])

@@ -86,6 +86,17 @@ def test_update_writes_a_new_version_beside_the_students_work(tmp_path):
     assert beside["cells"][0]["source"] == "# a fixed first cell" and made.updated[0].startswith("07_cost")
 
 
+@pytest.mark.parametrize("broken", ['{"cells": [', '{"metadata": {"labkit": null}}', '[1, 2]'])
+def test_update_never_stops_at_a_broken_copy_and_never_overwrites_it(tmp_path, broken):
+    src, dst = tmp_path / "labs", tmp_path / "mine"
+    src.mkdir()
+    (src / "07_cost_and_green_storage.ipynb").write_text((LABS / "07_cost_and_green_storage.ipynb").read_text())
+    dst.mkdir()
+    (dst / "07_cost_and_green_storage.ipynb").write_text(broken)  # a truncated or hand-edited notebook
+    made = copies.make_student_copies(src, dst, update=True)
+    assert len(made.updated) == 1 and (dst / "07_cost_and_green_storage.ipynb").read_text() == broken
+
+
 def test_release_has_no_output_no_widget_state_and_no_key(tmp_path):
     from labkit.course.release import make_release
 

@@ -36,20 +36,25 @@ def _source(notebook: str) -> list[str]:
     return path.read_text().splitlines()
 
 
+def phrases_above(lines: list[str], variable: str, phrases: tuple[str, ...]) -> list[str]:
+    """The phrases that occur above the line committing ``variable`` (prose and code, marks taken out)."""
+    asked = next((i for i, line in enumerate(lines) if line.startswith(f"{variable} = None")), None)
+    assert asked is not None, f"no cell commits {variable}"
+    above = " ".join(line.lstrip("#").strip() for line in lines[:asked]).replace("*", "").lower()
+    return [p for p in phrases if p.lower() in above]
+
+
 @pytest.mark.parametrize("notebook, variable", sorted(ANSWERS))
 def test_the_answer_is_not_above_the_question(notebook, variable):
-    lines = _source(notebook)
-    asked = next((i for i, line in enumerate(lines) if line.startswith(f"{variable} = None")), None)
-    assert asked is not None, f"{notebook}: no cell commits {variable}"
-    above = " ".join(line.lstrip("#").strip() for line in lines[:asked]).replace("*", "").lower()
-    for phrase in ANSWERS[(notebook, variable)]:
-        assert phrase.lower() not in above, f"{notebook}: {phrase!r} appears above the prediction {variable}"
+    found = phrases_above(_source(notebook), variable, ANSWERS[(notebook, variable)])
+    assert not found, f"{notebook}: {found[0]!r} appears above the prediction {variable}"
 
 
 def test_the_scan_finds_an_answer_where_there_is_one():
-    """The scan is not vacuous: the phrases do occur below their questions, where the answer is revealed."""
-    lines = "\n".join(_source("06")).lower()
-    assert "per day on 16,384" in lines or "a day on 16,384" in lines or "failures a day" in lines
+    """The scan is not vacuous: a phrase above the commit (split over lines, emphasised) is found; below, not."""
+    source = ["# Llama 3 saw **419", "# unexpected** interruptions.", "predicted_x = None", "# 419 unexpected again"]
+    assert phrases_above(source, "predicted_x", ("419 unexpected",)) == ["419 unexpected"]
+    assert phrases_above(source[2:], "predicted_x", ("419 unexpected",)) == []
 
 
 def _shows(node: ast.stmt) -> bool:

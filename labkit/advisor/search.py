@@ -40,6 +40,7 @@ from labkit.advisor.refine import TIE_WITHIN, simpler_first, valid_extras, varia
 from labkit.advisor.rules import FIT_RULES, layout_problem, memory_problems, option_problem, shortfall
 from labkit.errors import LabkitError, divisors, require_choice, require_limit, require_positive
 from labkit.hardware import GB
+from labkit.predict import attention as attn
 from labkit.predict.estimate import RECOMPUTE
 from labkit.predict.profiles import DEFAULT_FRAMEWORK
 from labkit.shapes import ModelShape, model_shape
@@ -115,8 +116,8 @@ def cp_degrees(n_gpus: int, seq: int, fixed: dict) -> tuple[int, ...]:
     """The context-parallel degrees searched: the caller's, else ``CP_DEGREES`` that divide the GPUs and split
     ``seq`` into 2 x cp chunks when ``seq >= CP_FROM_SEQ`` and the attention is fused, else 1 alone."""
     if "cp" in fixed:
-        return (fixed["cp"],)
-    if seq < CP_FROM_SEQ or fixed.get("attention", "fused") == "explicit":
+        return (require_positive("cp", fixed["cp"]),)
+    if seq < CP_FROM_SEQ or attn.attention_kind(fixed.get("attention", "fused")) == "explicit":
         return (1,)
     return tuple(c for c in CP_DEGREES if n_gpus % c == 0 and seq % (2 * c) == 0)
 

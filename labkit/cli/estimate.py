@@ -156,12 +156,13 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
            "per_device_bytes": per_device, "host_bytes_per_node": host, "activations_per_layer_bytes": per_layer,
            "setup": setup}  # fmt: skip
     plain = lay["offload_optimizer"] == lay["offload_param"] == "none"
-    peak = predicted_peak(a, shape, ts, est) if shape is not None and plain else None
+    peak = predicted_peak(a, shape, ts, est, states) if shape is not None and plain else None
     out["step_peak"] = peak
     if device is not None:
         cap, which = _capacity(a, device)
         usable = device.usable_memory_bytes if which == "true" else cap  # what torch can allocate of it
-        headroom = usable - (per_device["total"] if peak is None else peak["bytes"])
+        # a step's peak is never below its own states and activations (a convention's larger states included)
+        headroom = usable - (per_device["total"] if peak is None else max(peak["bytes"], per_device["total"]))
         out |= {"gpu": device.name, "capacity": which, "device_bytes": cap, "usable_bytes": usable,
                 "usable_source": device.usable_source if which == "true" else "the nominal capacity",
                 "fits": headroom >= 0,

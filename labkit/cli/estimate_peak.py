@@ -20,12 +20,14 @@ from labkit.predict.step_peak import step_peak
 from labkit.shapes import ModelShape
 
 
-def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup,
-                   est: MemoryEstimate) -> dict[str, Any] | None:
+def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup, est: MemoryEstimate,
+                   states: dict[str, float] | None = None) -> dict[str, Any] | None:
     """The step's predicted peak as plain data (bytes): one GPU's share under tp, pp or ZeRO
-    (``labkit.predict.sharded_peak``), else the whole step term by term (``labkit.predict.step_peak``)."""
+    (``labkit.predict.sharded_peak``), else the whole step term by term (``labkit.predict.step_peak``).
+    ``states`` are the table's model states per GPU under the chosen convention (ZeRO's or DeepSpeed's),
+    so the peak is built on the same states the table prints."""
     if ts.tp * ts.pp != 1 or ts.zero_stage:
-        return _sharded(ts, est)
+        return _sharded(ts, est, states)
     precision = "fp32" if ts.precision == "fp32" else "bf16-mixed"
     if getattr(a, "hf_config", None) and ts.recompute == "none":
         from labkit.predict.step_inputs import hf_step_shape
@@ -42,15 +44,19 @@ def predicted_peak(a: argparse.Namespace, shape: ModelShape, ts: TrainingSetup,
     peak = step_peak(step, reserve_share())
     return {"bytes": peak.peak, "phase": peak.phase, "by_phase": peak.by_phase, "activations_from": source,
             "terms": {t.name: t.bytes for t in peak.phases[peak.phase] if t.bytes},
-            "reserve_bytes": peak.reserve.bytes, "optimizer": "the lab's AdamW (single-tensor; fp32 master "
-            "weights in mixed precision)"}
+            "reserve_bytes": peak.reserve.bytes, "optimizer": "the lab's AdamW (single-tensor"
+            + ("" if precision == "fp32" else "; fp32 master weights in mixed precision") + ")"}
 
 
-def _sharded(ts: TrainingSetup, est: MemoryEstimate) -> dict[str, Any]:
+def _sharded(ts: TrainingSetup, est: MemoryEstimate, states: dict[str, float] | None = None) -> dict[str, Any]:
     """One GPU's predicted step peak for a sharded layout: the memory model's states and activations per GPU
     (ZeRO, Rajbhandari et al. 2020; Korthikanti et al. 2022) and the step's transients, split as the layout
     splits them; the lab's AdamW over this GPU's shard."""
-    pd = est.per_device_bytes
+    pd = dict(est.per_device_bytes)
+    if states:  # the convention's states; any extra buffer (ZeRO-3's gather buffer) counted with the parameters
+        extra = sum(v for k, v in states.items() if k not in ("parameters", "gradients", "optimizer"))
+        pd |= {k: states.get(k, 0.0) for k in ("gradients", "optimizer")}
+        pd["parameters"] = states.get("parameters", 0.0) + extra
     precision = "fp32" if ts.precision == "fp32" else "bf16-mixed"
     shard = est.params / (ts.tp * ts.pp * (ts.dp if ts.zero_stage >= 1 else 1))
     step = ShardedStep(ts.shape, ts.micro_batch, ts.seq_len, pd["parameters"], pd["gradients"], pd["optimizer"],
@@ -60,7 +66,7 @@ def _sharded(ts: TrainingSetup, est: MemoryEstimate) -> dict[str, Any]:
             "activations_from": "Korthikanti et al.'s terms per GPU (labkit.predict.estimate), sharded",
             "terms": {t.name: t.bytes for t in peak.phases[peak.phase] if t.bytes},
             "reserve_bytes": peak.reserve.bytes, "optimizer": "the lab's AdamW over this GPU's shard "
-            f"({shard:,.0f} parameters; fp32 master weights in mixed precision)"}
+            f"({shard:,.0f} parameters{'' if precision == 'fp32' else '; fp32 master weights in mixed precision'})"}
 
 
 def step_time(a: argparse.Namespace, ts: TrainingSetup | None, device) -> dict[str, Any] | None:
@@ -102,8 +108,8 @@ def peak_lines(out: dict[str, Any], unit: float, u: str) -> list[str]:
                  f"{out['device_bytes'] / 1e9:.1f} GB)")
         if out["usable_bytes"] != out["device_bytes"]:
             measured = "measured" if not out["usable_source"].startswith("rule") else "by the catalogue's rule"
-            lines.append(f"usable by torch: {out['usable_bytes'] / 1e9:,.2f} GB ({measured}; the margin below is "
-                         f"judged on it)")
+            lines.append(f"usable by torch: {out['usable_bytes'] / unit:,.2f} {u} ({measured}; the margin below "
+                         f"is judged on it)")
         gap = abs(out["headroom_bytes"]) / unit
         judged = f"judged on the {out['judged_on']}"
         lines.append(f"fits on {where}: yes, {gap:,.1f} {u} to spare ({judged})" if out["fits"] else

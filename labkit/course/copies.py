@@ -94,10 +94,21 @@ def make_student_copies(src: Path = LABS, dst: Path = STUDENT_DIR, update: bool 
             continue
         kept.append(nb.name)
         version = fresh["metadata"]["labkit"]["version"]
-        mine = _read(target).get("metadata", {}).get("labkit", {}).get("version")
+        mine = _version(target)
         if update and mine != version:
             beside = dst / f"{nb.stem}.v{version}.ipynb"
             if not beside.exists():
                 _write(beside, fresh)
                 updated.append(beside.name)
     return Copies(tuple(created), tuple(kept), tuple(updated))
+
+
+def _version(path: Path) -> object:
+    """The labkit version a student's copy carries, or None when it cannot be read (a broken or hand-edited
+    notebook): an update then writes the new version beside it rather than stopping the lab from opening."""
+    try:
+        meta = _read(path).get("metadata")
+    except LabkitError:
+        return None
+    labkit = meta.get("labkit") if isinstance(meta, dict) else None
+    return labkit.get("version") if isinstance(labkit, dict) else None
