@@ -151,8 +151,8 @@ print(report.pipeline_table(runs))
 # %% [markdown]
 # GPipe keeps every micro-batch's activations until its backward: m of them. 1F1B
 # starts backwards as soon as the last stage can, so rank r holds p - r (Narayanan et
-# al., SC 2021). Interleaving (v chunks per rank) shrinks the bubble and holds a little
-# more: compare its row with 1F1B's at the same p and m. The schedules are the same
+# al., SC 2021). Interleaving (v chunks per rank) shrinks the bubble and holds more
+# activations: compare its row with 1F1B's at the same p and m. The schedules are the same
 # programs: the order each rank ran its actions equals the order `labkit.sim` predicts.
 
 # %%
@@ -178,10 +178,10 @@ print(report.bubble_formula_table(cases))
 # %% [markdown]
 # With equal stages the simulated schedules have exactly the formula's bubble.
 #
-# Timing the runs above would say little: a stage of the tiny GPT computes for about a
-# millisecond, about what one message and Python's bookkeeping cost. So a wider GPT
-# (`bubble.MODEL`, below) trains on **2 ranks**, one per core of this machine (4 ranks
-# would share 2 cores and could never run at once), with actions that compute several
+# Timing the runs above would say little: a stage of the tiny GPT computes for about as
+# long as one message and Python's bookkeeping take. So a wider GPT (`bubble.MODEL`,
+# below) trains on **2 ranks**, each on its own core (more ranks than the machine has
+# cores could never all run at once; the lab's machines have 2), with actions that compute several
 # times longer than a message costs (the `one action` column: each forward or backward's
 # median). Each schedule runs 4 steps in one process group; the first warms up,
 # the other 3 are repeats. Three figures per schedule, median and (min-max) over the
@@ -210,10 +210,10 @@ print(report.bubble_results_table(bubbles))
 # replayed one: every action of the real run started no earlier than the replay lets
 # it, with the same durations in the same order. The gap between the two is time no
 # stage computed: messages, Python and gloo between actions, and the other processes
-# on these 2 cores. It changes from run to run (the ranges show by how much), and on a
+# on this machine's cores. It changes from run to run (the ranges show by how much), and on a
 # busy machine it can hide the formula's trend altogether: compare the formula with the
-# replayed column, not with the measured one. Interleaving pays most in the measured
-# column: with v = 2 each rank runs twice as many actions, each about half as long (the
+# replayed column, not with the measured one. Interleaving tends to pay most in the
+# measured column: with v = 2 each rank runs twice as many actions, each about half as long (the
 # `one action` column), and sends twice as many messages, so the fixed cost between
 # actions, which neither the formula nor the replay counts, is a larger share of its step.
 # That is the price section 6 names for GPUs too (v times as many sends), here made large
@@ -344,7 +344,7 @@ print(tables.text_table(
 # ## 7 · Break it
 #
 # **GPipe runs out of memory** at scale (above): keeping 32 micro-batches of
-# activations per stage is far more than an A100's 80 GiB, while 1F1B, with the same
+# activations per stage needs more than an A100's 80 GiB, while 1F1B, with the same
 # bubble by the formula, fits.
 # And a distributed job breaks in a way one process never does: one rank fails and the
 # others wait for it forever. labkit's launcher reports which rank failed and why, and

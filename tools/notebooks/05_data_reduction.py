@@ -38,10 +38,10 @@ seed_everything(0)
 # %% [markdown]
 # ## 1 · Compression first: does it work on model data?
 #
-# zstd and lz4 compress text several-fold. **Predict:** what ratio (raw bytes / compressed
+# zstd compresses text several-fold, lz4 more than twofold. **Predict:** what ratio (raw bytes / compressed
 # bytes) does zstd reach on the fp32 weights of a trained model? On its gradients?
 #
-# Beside the run's tensors, three text samples of the same size: two real ones that ship with
+# Beside the run's tensors, three text samples of equal size (the `raw KB` column): two real ones that ship with
 # Python (its `email` package's source code, and `pydoc_data/topics.py`, the Language
 # Reference text that `help()` shows; a fixed list of standard-library files, so the same
 # Python gives the same bytes), and the lab's own corpus, labelled *synthetic*: a small
@@ -165,7 +165,7 @@ print(tradeoffs.selective_text(headline))
 # It need not follow the FLOP counts above: a step of this toy is many small kernels whose
 # fixed cost (Python, dispatch, allocating the tensors checkpoint rebuilds) outweighs their
 # arithmetic, so a plan that repeats few FLOPs can still cost a visible share of the step,
-# and other work on these 2 cores moves every figure (hence the median). On a large model,
+# and other work on this machine's cores moves every figure (hence the median). On a large model,
 # where the arithmetic dominates, time follows the FLOPs.
 
 # %% tags=["nbval-ignore-output"]
@@ -231,7 +231,7 @@ for name_i, per_param_i, act_i in precision_rows:
 
 # %% [markdown]
 # Mixed precision saves **no** model-state memory with Adam: 2 + 2 + 12 = 16 bytes, the
-# same as fp32's 4 + 4 + 8 (ZeRO, section 3). Its gain is in activations (half the bytes)
+# same as fp32's 4 + 4 + 8 (ZeRO, section 3). Its gain is in activations (close to half the bytes)
 # and speed. Autocast alone (`bf16-autocast`, fp32 weights) saves less than half: the
 # residual stream stays fp32, and each matmul keeps a bf16 copy of its weight for backward.
 #
