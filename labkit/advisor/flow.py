@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from labkit.advisor.costing import Layout, Plan
+from labkit.advisor.refine import TIE_WITHIN
 from labkit.advisor.search import Advice
 from labkit.hardware import GB
 from labkit.predict.estimate import model_state_bytes
@@ -110,8 +111,9 @@ def decisions(advice: Advice, shape: ModelShape | None = None) -> list[Decision]
         mine = f"{says(best.layout)}: {_value(best, advice.goal)}" if uses(best.layout) else _value(best, advice.goal)
         alt = (f"best {'without' if uses(best.layout) else 'with'}: " +
                (_value(other, advice.goal) if other is not None else "none fits"))
-        if other is not None and math.isclose(other.metric(advice.goal), best.metric(advice.goal), rel_tol=0.005):
-            alt += " (a tie within 0.5%)"
+        if other is not None and math.isclose(other.metric(advice.goal), best.metric(advice.goal),
+                                              rel_tol=TIE_WITHIN):
+            alt += f" (within {100 * TIE_WITHIN:.0f}%: a tie, and ties go to the simpler plan)"
         out.append(Decision(key, question, uses(best.layout), f"{mine}; {alt}"))
     return out
 

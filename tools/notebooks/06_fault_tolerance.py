@@ -135,14 +135,14 @@ bandwidths, costs = save_cost.save_costs(work / "cost")
 print(save_cost.save_cost_text(bandwidths, costs))
 
 # %% [markdown]
-# Read the two regimes. The smallest states cost tens of milliseconds however few their bytes
+# Read the two regimes. The smallest states still cost milliseconds however few their bytes
 # (creating files, DCP's planning, the manifest, the renames and their fsyncs): a fixed cost
 # that bytes over bandwidth leaves out, so there the prediction is far below the measurement.
 # From tens of MB the stall grows with the bytes, and bytes over bandwidth gives its scale; a
 # shared disk's bandwidth changes from moment to moment, so one run can sit well above or
 # below it. The async stall is a copy in host memory, which the bandwidths measured above
 # put far ahead of a write with fsync (each figure is the median of three saves, because one
-# sample on 2 shared cores can catch the copy behind another process and show the opposite);
+# sample on a few shared cores can catch the copy behind another process and show the opposite);
 # the write still happens in the background (`async total`), and it has to finish
 # before the next checkpoint starts.
 

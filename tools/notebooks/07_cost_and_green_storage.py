@@ -182,8 +182,8 @@ print(f"cheapest to rent (within 0.5%): {', '.join(best['cloud_usd'])}")
 EconomicsPanel.chart(runs, "ssd-offload", "Llama-2 7B, 20 bn tokens, H100 (predicted)")
 
 # %% [markdown]
-# Where the joules go, by part, for each strategy (IT energy, before PUE; predicted). The HBM
-# row is the matrix multiplies' operands, the saved activations and, all in HBM, the
+# Where the joules go, by part, for each strategy (IT energy, before PUE; predicted). The `hbm`
+# column is the matrix multiplies' operands, the saved activations and, all in HBM, the
 # optimizer step, at the catalogue's pJ/bit: a lower bound, as elementwise kernels are left out.
 
 # %%

@@ -119,7 +119,8 @@ print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth (computed at 
 # The step is memory-bound: it touches 28 bytes per parameter for a dozen FLOPs. Doing it
 # in DRAM is slower per byte than in HBM, but it saves the trip over PCIe, which is slower
 # still. Energy moves less than time: near-data saves the link's joules but spends more per
-# byte touched, DRAM at 20 pJ/bit against HBM's 4.
+# byte touched: the same step costs several times the joules in DRAM as in HBM (the two step
+# rows above).
 #
 # ## 3 · In-memory computing: an analog crossbar runs the trained GPT
 #

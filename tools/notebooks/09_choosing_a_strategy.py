@@ -108,7 +108,7 @@ assert max(r.worst_error for r in table2) < 0.025
 
 # %% [markdown]
 # The paper rounds: its stage-1 and stage-2 columns are MP times the rounded 64-GPU figure,
-# and its "0.5T / 1T / 2T" are 512, 1,024 and 2,048 bn, which is where the last column's
+# and its "0.5T / 1T / 2T" are 512, 1,024 and 2,048 bn, which is where the ZeRO-3 column's
 # differences come from. Under DeepSpeed's convention the same calculator gives DeepSpeed's
 # documented estimates for t5-3b on one node of 8 GPUs (GiB, host memory per node):
 
@@ -215,8 +215,9 @@ flow.draw(advice, title=f"GPT-3 on 1,024 A100s: {advice.best.layout.label}")
 # dp, tp, pp, micro_batch, zero_stage, recompute, offload, precision, optimizer_bits, schedule,
 # chunks, sp, attention, first_stage_layers, last_stage_layers); the advisor grades it against
 # its best and names the largest difference. Megatron-LM's example configuration is filled in;
-# try to beat it. The advisor searches a finite set of layouts with a model accurate to about
-# 10%, so a plan can beat it: the grade then says so.
+# try to beat it. The advisor searches a finite set of layouts with a model only as accurate as
+# section 5 shows (the worst error of each reference set is printed there), so a plan can beat
+# it: the grade then says so.
 
 # %%
 my_plan = {"dp": 8, "tp": 8, "pp": 16, "micro_batch": 1, "recompute": "full"}
