@@ -113,7 +113,8 @@ def decisions(advice: Advice, shape: ModelShape | None = None) -> list[Decision]
                (_value(other, advice.goal) if other is not None else "none fits"))
         if other is not None and math.isclose(other.metric(advice.goal), best.metric(advice.goal),
                                               rel_tol=TIE_WITHIN):
-            alt += f" (within {100 * TIE_WITHIN:.0f}%: a tie, and ties go to the simpler plan)"
+            alt += (f" (within {100 * TIE_WITHIN:.0f}%: a tie, which goes to the simpler plan: no 8-bit states or "
+                    "offload, then fewer parallel dimensions, then a lower ZeRO stage)")
         out.append(Decision(key, question, uses(best.layout), f"{mine}; {alt}"))
     return out
 
