@@ -203,3 +203,15 @@ def test_the_one_model_meets_the_h200_gpu_check_runs() -> None:
         measured = r["timing"]["measured"]
         assert 0.75 < measured / sheet < 1.25, (r["config"], measured / sheet)
         assert 0.6 < measured / calibrated < 1.4, (r["config"], measured / calibrated)
+
+
+def test_every_spelling_of_the_attention_prices_the_same_kernel() -> None:
+    """``sdpa``/``flash`` are fused and ``eager`` is explicit, in step_seconds itself (measure passes torch's names)."""
+    from labkit import hardware
+    from labkit.predict.step_seconds import step_seconds
+    from labkit.shapes import model_shape
+
+    gpu, shape = hardware.gpu("H200"), model_shape("gpt2")
+    total = {a: step_seconds(shape, 1024, 8, gpu, "bf16", a)["total"] for a in ("fused", "sdpa", "flash", "explicit",
+                                                                              "eager")}
+    assert total["fused"] == total["sdpa"] == total["flash"] < total["explicit"] == total["eager"]

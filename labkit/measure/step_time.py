@@ -62,16 +62,15 @@ def predicted_step_times(shape: ModelShape, seq: int, batch: int, precision: str
                          calibration: Calibration | None = None) -> dict[str, float | None]:
     """Predicted seconds of one step: on the datasheet's device (None on a CPU or an unknown GPU) and calibrated."""
     dtype = "fp32" if precision == "fp32" else "bf16"
-    kind = "fused" if attention in ("sdpa", "fused") else "explicit"
     base = catalogue_gpu(torch.cuda.get_device_name(device)) if torch.device(device).type == "cuda" else None
     out: dict[str, float | None] = {"datasheet": None, "calibrated": None}
     master = precision == "bf16-mixed"  # the lab's MasterWeightAdamW (labkit.rig.train)
     if base is not None:
-        out["datasheet"] = step_seconds(shape, seq, batch, base, dtype, kind, master_weights=master)["total"]
+        out["datasheet"] = step_seconds(shape, seq, batch, base, dtype, attention, master_weights=master)["total"]
     if calibration is not None:
         gemms = model_gemms(shape, seq * batch)  # the GEMM rate of this model's shapes, read off the calibration
         dev = calibration.device_for(base, gemms) if base is not None else calibration.host_device(gemms=gemms)
-        out["calibrated"] = step_seconds(shape, seq, batch, dev, calibration.dtype, kind, calibration.launch_s,
+        out["calibrated"] = step_seconds(shape, seq, batch, dev, calibration.dtype, attention, calibration.launch_s,
                                          calibration.adamw_s_per_param, master_weights=master,
                                          loss_s_per_logit=calibration.loss_s_per_logit or None)["total"]
     return out

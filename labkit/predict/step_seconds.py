@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from labkit.hardware.types import Device
+from labkit.predict.attention import attention_kind
 from labkit.predict.compute import stage_seconds
 from labkit.predict.profiles import extra_seconds, optimizer_seconds, profile
 from labkit.shapes import ModelShape
@@ -45,14 +46,15 @@ def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype:
                  optimizer: str = "lab", master_weights: bool = False,
                  loss_s_per_logit: float | None = None) -> dict[str, float]:
     """Seconds of forward, backward (with the profile's extra passes) and the optimizer step of one micro-batch
-    on ``device``, and their sum. ``launch_s`` (one op's measured dispatch and launch) replaces the profile's;
+    on ``device``, and their sum. ``attention`` takes any spelling (``predict.attention``); ``launch_s`` (one
+    op's measured dispatch and launch) replaces the profile's;
     ``optimizer`` is the AdamW implementation (``profiles.OPTIMIZER_IMPLEMENTATIONS``; the lab's single-tensor
     one by default), ``master_weights`` the lab's fp32 master copies under bf16-mixed; ``loss_s_per_logit`` a
     calibration's measured cross-entropy."""
     prof = profile(framework)
     if launch_s is not None:
         prof = replace(prof, launch_s=launch_s)
-    st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention == "fused",
+    st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention_kind(attention) == "fused",
                        launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency)
     extra = extra_seconds(shape, seq, batch, 1, 1, device, prof, loss_s_per_logit=loss_s_per_logit)
     out = {"forward": st["forward"], "backward": st["backward"] + extra,
