@@ -6,6 +6,8 @@ from labkit's own functions: the tests check how the parts combine, not typed-in
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from labkit.advisor import costing, search, steptime
@@ -52,7 +54,7 @@ def test_each_gpu_computes_one_cp_th_of_the_layer() -> None:
     assert half.attention == pytest.approx(2 * short.attention)
 
 
-def test_ring_exposes_only_what_exceeds_a_blocks_attention(monkeypatch) -> None:
+def test_ring_exposes_only_what_exceeds_a_blocks_attention() -> None:
     """cp - 1 sends of K and V (2 b s/cp kv e / t bytes) forward, twice that backward, each hidden behind one block."""
     lay, s, e = Layout(1, 8, 1, cp=8), 8192, 2
     net = link_between_nodes()
@@ -61,16 +63,16 @@ def test_ring_exposes_only_what_exceeds_a_blocks_attention(monkeypatch) -> None:
     exposed = steptime.cp_seconds(LLAMA, s, lay, net, e, att)
     expected = LLAMA.layers * 7 * (max(0.0, send - att / 8) + max(0.0, 2 * send - 2 * att / 8))
     assert exposed == pytest.approx(expected)
-    monkeypatch.setattr(steptime, "CP_OVERLAP", False)
-    assert steptime.cp_seconds(LLAMA, s, lay, net, e, att) == pytest.approx(LLAMA.layers * 7 * 3 * send)
+    exposed_all = replace(steptime.DEFAULT, overlap_cp=False)
+    assert steptime.cp_seconds(LLAMA, s, lay, net, e, att, exposed_all) == pytest.approx(LLAMA.layers * 7 * 3 * send)
     assert steptime.cp_seconds(LLAMA, s, Layout(1, 8, 1), net, e, att) == 0.0
 
 
-def test_full_recompute_repeats_the_forward_ring(monkeypatch) -> None:
-    monkeypatch.setattr(steptime, "CP_OVERLAP", False)
+def test_full_recompute_repeats_the_forward_ring() -> None:
+    exposed_all = replace(steptime.DEFAULT, overlap_cp=False)
     net, args = link_between_nodes(), (LLAMA, 8192)
-    plain = steptime.cp_seconds(*args, Layout(1, 8, 1, cp=4), net, 2, 0.0)
-    again = steptime.cp_seconds(*args, Layout(1, 8, 1, cp=4, recompute="full"), net, 2, 0.0)
+    plain = steptime.cp_seconds(*args, Layout(1, 8, 1, cp=4), net, 2, 0.0, exposed_all)
+    again = steptime.cp_seconds(*args, Layout(1, 8, 1, cp=4, recompute="full"), net, 2, 0.0, exposed_all)
     assert again == pytest.approx(plain * 4 / 3)
 
 
@@ -100,7 +102,7 @@ def test_step_times_with_cp_divide_the_compute_and_price_the_ring() -> None:
     t2 = costing.step_times(LLAMA, 16384, 16, Layout(1, 8, 1, cp=2), mc)
     # the same 16 sequences of 16,384 tokens on 16 GPUs: dp 2 runs 8 micro-batches of s, cp 2 runs 16 of s/2
     assert t2["compute"] == pytest.approx(t1["compute"], rel=0.05)
-    assert "cp" in steptime.TIMES and t2["cp"] >= 0.0
+    assert "cp" in steptime.TIMES and t2["cp"] > 0.0 and t1["cp"] == 0.0  # the pair crosses nodes: tp 8 fills one
 
 
 def test_seq_must_split_into_2_cp_chunks() -> None:
@@ -128,7 +130,6 @@ def test_an_exact_cp_layout_is_priced_as_given() -> None:
 
 
 def test_every_spelling_of_explicit_attention_keeps_the_search_at_cp_1_and_cp_0_is_refused() -> None:
-    from dataclasses import replace
 
     long = replace(model_shape("llama2-7b"), seq=8192)
     for spelling in ("explicit", "eager"):

@@ -148,9 +148,8 @@ def test_the_advisor_judges_fit_on_the_step_peak_and_cp_divides_activations() ->
     assert mem["total"] > mem["states_plus_activations"]
     assert mem["states_plus_activations"] == pytest.approx(
         sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations")))
-    if "cp" in Layout.__dataclass_fields__:
-        halved = footprint.memory(shape, 4096, replace(lay, dp=4, cp=2), 1)
-        assert halved["activations"] == pytest.approx(mem["activations"] / 2)
+    halved = footprint.memory(shape, 4096, replace(lay, dp=4, cp=2), 1)
+    assert halved["activations"] == pytest.approx(mem["activations"] / 2)
 
 
 def test_estimate_judges_a_sharded_layout_on_its_predicted_peak(capsys) -> None:

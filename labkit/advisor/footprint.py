@@ -42,7 +42,7 @@ def memory(shape: ModelShape, seq: int, lay: Layout, m: int) -> dict[str, float]
     """Bytes per GPU by category (parameters, gradients, optimizer, activations, total) and off the GPU."""
     widest = max(lay.stage_layers(shape.layers))  # every stage priced as the largest one: a bound
     shape = shape if widest * lay.pp == shape.layers else replace(shape, layers=widest * lay.pp)
-    cp = getattr(lay, "cp", 1)
+    cp = lay.cp
     # ZeRO shards over every GPU holding the same weights: the data-parallel and context-parallel ranks
     # (Megatron-Core's distributed optimizer uses the data-parallel-with-context group).
     mem = dict(_estimate(shape, seq, lay.dp * cp, lay.tp, lay.pp, lay.micro_batch, m, lay.zero_stage, lay.recompute,

@@ -18,8 +18,9 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
   attention runs as a ring: in each layer's forward the K and V blocks of s/c positions go round
   the c GPUs, c - 1 sends of 2 b (s/c) kv_dim e / t bytes from each GPU, and the backward sends K, V
   and their gradients dK, dV (twice the bytes), again for the forward recompute repeats (selective or
-  full). Overlap rule (``CP_OVERLAP``): each send is issued before the attention of the block in hand
-  (Transformer Engine's ring, which Megatron-Core runs; Liu et al. section 3), so a step exposes only
+  full). Overlap rule (``Profile.overlap_cp``, on in every profile): each send is issued before the
+  attention of the block in hand (Transformer Engine's ring, which Megatron-Core runs; Liu et al.
+  section 3), so a step exposes only
   what its send takes beyond one block's attention (1/c of the layer's); a profile that sets
   ``overlap_cp = False`` exposes every send. A ring that spans nodes crosses them one GPU per port, as
   the pipeline's sends do;
@@ -58,7 +59,6 @@ from labkit.predict.profiles import DEFAULT_FRAMEWORK, PROFILES, Profile
 ADAM_BYTES = {32: 4 * 2 + 4 * 2 + 4 * 2, 8: 4 * 2 + 1 * 2 + 1 * 2}  # master, m, v read and written (8-bit: m, v)
 DEFAULT = PROFILES[DEFAULT_FRAMEWORK]
 TIMES = ("compute", "bubble", "tp", "cp", "pp", "dp", "optimizer", "offload")
-CP_OVERLAP = True  # every profile's ring overlaps its sends with the blocks' attention unless it says otherwise
 
 
 def tp_seconds(shape, seq: int, lay, link: Link, e: int, hidden_behind_s: float = 0.0) -> float:
@@ -77,7 +77,7 @@ def cp_seconds(shape, seq: int, lay, link: Link, e: int, attention_s: float, pro
     if lay.cp == 1:
         return 0.0
     send = transfer_time(2 * e * lay.micro_batch * seq / lay.cp * shape.kv_hidden / lay.tp, link)
-    hidden = attention_s / lay.cp if getattr(prof, "overlap_cp", CP_OVERLAP) else 0.0
+    hidden = attention_s / lay.cp if prof.overlap_cp else 0.0
     forward = (lay.cp - 1) * max(0.0, send - hidden)
     backward = (lay.cp - 1) * max(0.0, 2 * send - 2 * hidden)  # K, V and dK, dV; the backward's attention is 2x
     again = forward if lay.recompute != "none" else 0.0
@@ -99,7 +99,7 @@ def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_we
     """(bytes moved, exposed seconds) of the data-parallel traffic of one step for the layout's ZeRO stage,
     with the overlap the framework achieves (``profiles``): ``backward_s`` and ``micro_batch_s`` are one
     micro-batch's backward and whole kernels. The group is dp x cp GPUs (module text)."""
-    d = lay.dp * getattr(lay, "cp", 1)
+    d = lay.dp * lay.cp
     if d == 1:
         return 0.0, 0.0
     grads, weights = e_grad * params_per_gpu, e_weight * params_per_gpu
@@ -125,7 +125,7 @@ def framework_seconds(shape, seq: int, lay, dev, prof: Profile) -> float:
     the fp32 cross-entropy over b s V and, where the profile runs ``nn.Embedding`` unfused, its backward.
     ``seq`` is the whole sequence; each of the layout's cp GPUs holds s/cp of it."""
     return profiles.extra_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, prof, lay.seq_parallel,
-                                  getattr(lay, "cp", 1))
+                                  lay.cp)
 
 
 def optimizer_seconds(params_on_gpu: float, lay, dev) -> float:

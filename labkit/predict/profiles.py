@@ -98,6 +98,7 @@ class Profile:
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
     p2p_sync_s: float = 0.0  # seconds each pipeline exchange (one send and receive per micro-batch and chunk) waits
     overlap_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers)
+    overlap_cp: bool = True  # context-parallel ring sends overlapped with the blocks' attention (advisor.steptime)
     embedding_backward: bool = False  # nn.Embedding's unfused scatter-add backward priced explicitly
     source: str = ""
 
