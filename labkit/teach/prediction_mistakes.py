@@ -21,7 +21,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labkit.references import headline, section
+from labkit import hardware
+from labkit.predict.estimate import model_state_bytes
+from labkit.references import failure_traces, headline, section
 from labkit.shapes import model_shape
 
 
@@ -90,9 +92,23 @@ def _llama7b_gb(bytes_per_param: float) -> Callable[[float], float]:
 COUNT = "count"  # a count or a ratio of like quantities: no unit to slip on (only the sign)
 
 # Constants the questions state, by notebook.
-ZERO_RANKS, FP32_ADAMW = 4, (4, 4, 8)  # 02 section 1: 4 ranks; weights, gradients, Adam's two moments (B/param)
+ZERO_RANKS = 4  # 02 section 1: 4 ranks, fp32 AdamW
 PIPE_P, PIPE_M = 4, 8  # 02 section 4
-LLAMA3_GPUS, LLAMA3_DAYS = 16_384, 54  # 01 section 7, 06 section 1
+_LLAMA3 = next(t for t in failure_traces() if t.name == "Llama 3")  # 01 section 7, 06 section 1 (references.toml)
+LLAMA3_GPUS, LLAMA3_DAYS = _LLAMA3.gpus, _LLAMA3.days
+
+
+def _zero_share(stage: int) -> float:
+    """fp32 AdamW's bytes per rank kept under ZeRO ``stage`` over ``ZERO_RANKS``, as a share of DDP's (SC 2020)."""
+    kept = sum(model_state_bytes(1, "fp32", stage, ZERO_RANKS).values())
+    return kept / sum(model_state_bytes(1, "fp32").values())
+
+
+def _price_ratio(top: str, bottom: str) -> float:
+    """USD per GB of the catalogue's first ``top`` tier over its first ``bottom`` tier (notebook 07's prices)."""
+    cat = hardware.load_catalogue()
+    price = {k: cat.tier(cat.tier_names(k)[0]).price_usd_per_gb for k in (top, bottom)}
+    return price[top] / price[bottom]
 TP, SEQ, HIDDEN, HEADS = 4, 64, 32, 4  # 03 section 1: t, s, h, a of the tiny GPT (dropout 0)
 # Korthikanti et al.'s per-layer count without dropout, in sbh: 8 replicated (LayerNorm and column-parallel inputs),
 # 24 split, plus the attention scores, 2as/h, split over the heads.
@@ -114,15 +130,13 @@ NUMERIC: dict[str, Judging] = {
            _llama7b_gb(20)), slips="GB"),
     "01.predict.llama3_interruptions": _within(
         "", 0.5,  # a published count nothing lets you derive: right within a band of a half
-        _m("a day's count: the 54 days' total was asked", lambda n: n / LLAMA3_DAYS),
-        _m("one per GPU: a GPU fails far less often than once in 54 days; it is 16,384 of them together that "
-           "stop the job every few hours", _k(LLAMA3_GPUS)), slips=COUNT),
+        _m(f"a day's count: the {LLAMA3_DAYS:.0f} days' total was asked", lambda n: n / LLAMA3_DAYS),
+        _m(f"one per GPU: a GPU fails far less often than once in {LLAMA3_DAYS:.0f} days; it is {LLAMA3_GPUS:,} of "
+           "them together that stop the job every few hours", _k(LLAMA3_GPUS)), slips=COUNT),
     "02.predict.zero3_share": _within(
         "", 0.10,
-        _m("stage 1's share: only Adam's moments split over the ranks", _k(
-            (FP32_ADAMW[0] + FP32_ADAMW[1] + FP32_ADAMW[2] / ZERO_RANKS) / sum(FP32_ADAMW))),
-        _m("stage 2's share: gradients and moments split, the full weights kept", _k(
-            (FP32_ADAMW[0] + (FP32_ADAMW[1] + FP32_ADAMW[2]) / ZERO_RANKS) / sum(FP32_ADAMW))),
+        _m("stage 1's share: only Adam's moments split over the ranks", _k(_zero_share(1))),
+        _m("stage 2's share: gradients and moments split, the full weights kept", _k(_zero_share(2))),
         _m("the share given away (1 - 1/N), not the share kept", _k(1 - 1 / ZERO_RANKS)), slips="fraction"),
     "02.predict.zero3_traffic": _within(
         "x", 0.10,
@@ -211,7 +225,7 @@ NUMERIC: dict[str, Judging] = {
         _m("the hours between failures, not failures a day", lambda rate: 24 / rate), slips="/day"),
     "06.predict.per_day_100k": _within(
         "", 0.5,
-        _m("the 16,384-GPU rate, not scaled to 100,000 GPUs", lambda rate: rate * LLAMA3_GPUS / 100_000),
+        _m(f"the {LLAMA3_GPUS:,}-GPU rate, not scaled to 100,000 GPUs", lambda rate: rate * LLAMA3_GPUS / 100_000),
         _m("scaled the wrong way: more GPUs fail more often",
            lambda rate: (rate * LLAMA3_GPUS / 100_000) ** 2 / rate), slips="/day"),
     "06.predict.most_lost": _count(
@@ -239,10 +253,8 @@ NUMERIC: dict[str, Judging] = {
         _m("every step before the kill, as a restart from scratch", _k(RC_KILL_STEP)), slips=COUNT),
     "07.predict.hbm_over_ssd": _within(
         "x", 0.5,  # prices vary by source and date: right within a half
-        _m("the memory chips' own price ratio: a GB of HBM comes with the whole GPU's price",
-           _k(100.0), spread=3.0),
-        _m("HBM priced like ordinary DRAM: no one sells HBM alone, a GB of it comes with a GPU", _k(10.0),
-           spread=3.0),
+        _m("HBM priced like ordinary DRAM: no one sells HBM alone, a GB of it comes with a GPU",
+           lambda _ratio: _price_ratio("dram", "ssd"), spread=3.0),
         _m("the ratio upside down: SSD's price over HBM's", lambda ratio: 1 / ratio)),
     "07.predict.dram_read_fmas": _within(
         "", 0.15,  # a ratio of two published energies
