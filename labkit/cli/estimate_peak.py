@@ -75,18 +75,16 @@ def step_time(a: argparse.Namespace, ts: TrainingSetup | None, device) -> dict[s
     if ts is None or device is None or ts.tp * ts.pp != 1:
         return None
     from labkit.cli.calibrate import load_calibration
-    from labkit.predict.step_seconds import model_gemms, step_seconds
+    from labkit.predict.step_seconds import calibrated_step_seconds, lab_master_weights, step_seconds
 
     dtype = "fp32" if ts.precision == "fp32" else "bf16"
-    master = ts.precision != "fp32"  # the lab's AdamW keeps fp32 master weights in mixed precision
+    master = lab_master_weights(ts.precision)
     out = {"datasheet": step_seconds(ts.shape, ts.seq_len, ts.micro_batch, device, dtype, ts.attention,
                                      master_weights=master)["total"], "framework": "eager"}
     cal = load_calibration(getattr(a, "calibration", None))
     if cal is not None:
-        dev = cal.device_for(device, model_gemms(ts.shape, ts.seq_len * ts.micro_batch))
-        out["calibrated"] = step_seconds(ts.shape, ts.seq_len, ts.micro_batch, dev, dtype, ts.attention, cal.launch_s,
-                                         cal.adamw_s_per_param, master_weights=master,
-                                         loss_s_per_logit=cal.loss_s_per_logit or None)["total"]
+        out["calibrated"] = calibrated_step_seconds(ts.shape, ts.seq_len, ts.micro_batch, device, cal, ts.attention,
+                                                    master, dtype)
         out["calibration"] = f"{cal.machine}, {cal.date}"
     return out
 

@@ -18,7 +18,7 @@ import torch
 
 from labkit.hardware import load_catalogue
 from labkit.hardware.calibration import Calibration
-from labkit.predict.step_seconds import model_gemms, step_seconds
+from labkit.predict.step_seconds import calibrated_step_seconds, lab_master_weights, step_seconds
 from labkit.shapes import ModelShape
 
 
@@ -64,15 +64,11 @@ def predicted_step_times(shape: ModelShape, seq: int, batch: int, precision: str
     dtype = "fp32" if precision == "fp32" else "bf16"
     base = catalogue_gpu(torch.cuda.get_device_name(device)) if torch.device(device).type == "cuda" else None
     out: dict[str, float | None] = {"datasheet": None, "calibrated": None}
-    master = precision == "bf16-mixed"  # the lab's MasterWeightAdamW (labkit.rig.train)
+    master = lab_master_weights(precision)  # the lab's MasterWeightAdamW (labkit.rig.train)
     if base is not None:
         out["datasheet"] = step_seconds(shape, seq, batch, base, dtype, attention, master_weights=master)["total"]
     if calibration is not None:
-        gemms = model_gemms(shape, seq * batch)  # the GEMM rate of this model's shapes, read off the calibration
-        dev = calibration.device_for(base, gemms) if base is not None else calibration.host_device(gemms=gemms)
-        out["calibrated"] = step_seconds(shape, seq, batch, dev, calibration.dtype, attention, calibration.launch_s,
-                                         calibration.adamw_s_per_param, master_weights=master,
-                                         loss_s_per_logit=calibration.loss_s_per_logit or None)["total"]
+        out["calibrated"] = calibrated_step_seconds(shape, seq, batch, base, calibration, attention, master)
     return out
 
 

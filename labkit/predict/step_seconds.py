@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from labkit.hardware.calibration import Calibration
 from labkit.hardware.types import Device
 from labkit.predict.attention import attention_kind
 from labkit.predict.compute import stage_seconds
@@ -60,3 +61,21 @@ def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype:
     out = {"forward": st["forward"], "backward": st["backward"] + extra,
            "optimizer": optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)}
     return out | {"total": sum(out.values())}
+
+
+def lab_master_weights(precision: str) -> bool:
+    """Whether the lab's AdamW keeps fp32 master weights: in every mixed precision (``labkit.rig.train``)."""
+    return precision != "fp32"
+
+
+def calibrated_step_seconds(shape: ModelShape, seq: int, batch: int, base: Device | None, calibration: Calibration,
+                            attention: str = "fused", master_weights: bool = False,
+                            dtype: str | None = None) -> float:
+    """One step's seconds on a calibrated machine: this model's GEMM rate read off ``calibration``
+    (``Calibration.device_for`` on a GPU ``base``, ``host_device`` on the host), its measured launch cost,
+    AdamW seconds per parameter and cross-entropy; GEMMs in ``dtype`` (default: the calibration's)."""
+    gemms = model_gemms(shape, seq * batch)
+    dev = calibration.device_for(base, gemms) if base is not None else calibration.host_device(gemms=gemms)
+    return step_seconds(shape, seq, batch, dev, dtype or calibration.dtype, attention, calibration.launch_s,
+                        calibration.adamw_s_per_param, master_weights=master_weights,
+                        loss_s_per_logit=calibration.loss_s_per_logit)["total"]
