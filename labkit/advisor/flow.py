@@ -111,8 +111,8 @@ def decisions(advice: Advice, shape: ModelShape | None = None) -> list[Decision]
         mine = f"{says(best.layout)}: {_value(best, advice.goal)}" if uses(best.layout) else _value(best, advice.goal)
         alt = (f"best {'without' if uses(best.layout) else 'with'}: " +
                (_value(other, advice.goal) if other is not None else "none fits"))
-        if other is not None and math.isclose(other.metric(advice.goal), best.metric(advice.goal),
-                                              rel_tol=TIE_WITHIN):
+        pair = sorted((other.metric(advice.goal), best.metric(advice.goal))) if other is not None else None
+        if pair is not None and pair[1] <= pair[0] * (1 + TIE_WITHIN):  # refine.simpler_first's own rule
             alt += (f" (within {100 * TIE_WITHIN:.0f}%: a tie, which goes to the simpler plan: no 8-bit states or "
                     "offload, then fewer parallel dimensions, then a lower ZeRO stage)")
         out.append(Decision(key, question, uses(best.layout), f"{mine}; {alt}"))

@@ -180,7 +180,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_shape_flags(adv)
     adv.add_argument("--kv-heads", dest="kv_heads", help="key/value heads of grouped-query attention (custom shape)")
     adv.add_argument("--gpu", default="A100-80GB", help="a GPU of the catalogue (default A100-80GB)")
-    adv.add_argument("--gpus", help="GPU count (default: dp x tp x pp x cp when dp, tp, pp are given, else 8)")
+    adv.add_argument("--gpus", help="GPU count (default: dp x tp x pp x cp when dp, tp, pp are given, else 8 x cp)")
     adv.add_argument("--host", help="a host of the catalogue (default: the first built with the GPU)")
     adv.add_argument("--gpus-per-node", dest="gpus_per_node", help="GPUs per host (default: the host's slots)")
     adv.add_argument("--batch", help="global batch, in sequences")

@@ -272,7 +272,7 @@ def compare_plans(train: TrainConfig, plans: list[RecomputePlan | str] | None = 
     """
     base, base_grads = run_plan(train, "none")
     rows = []
-    for plan in plans or ["none", "full", "every-k", "sqrt-all", "selective"]:
+    for plan in plans or MODES:
         row, grads = (base, base_grads) if plan == "none" else run_plan(train, plan, k, early_stop)
         same = row.loss == base.loss and all(torch.equal(a, b) for a, b in zip(grads, base_grads, strict=True))
         rows.append(replace(row, grads_identical=same, extra_flops=row.flops - base.flops))
