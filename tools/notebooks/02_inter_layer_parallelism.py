@@ -181,7 +181,7 @@ print(report.bubble_formula_table(cases))
 # Timing the runs above would say little: a stage of the tiny GPT computes for about as
 # long as one message and Python's bookkeeping take. So a wider GPT (`bubble.MODEL`,
 # below) trains on **2 ranks**, each on its own core (more ranks than the machine has
-# cores could never all run at once; the lab's machines have 2), with actions that compute several
+# cores could never all run at once), with actions that compute several
 # times longer than a message costs (the `one action` column: each forward or backward's
 # median). Each schedule runs 4 steps in one process group; the first warms up,
 # the other 3 are repeats. Three figures per schedule, median and (min-max) over the

@@ -212,7 +212,7 @@ flow.draw(advice, title=f"GPT-3 on 1,024 A100s: {advice.best.layout.label}")
 #
 # The task: GPT-3 175B, 300 bn tokens, global batch 1,536, s = 2,048, on 1,024 H100-SXM GPUs
 # (DGX H100 nodes), a budget of $3.0 M at on-demand prices. Propose a plan (fields of `Layout`:
-# dp, tp, pp, micro_batch, zero_stage, recompute, offload, precision, optimizer_bits, schedule,
+# dp, tp, pp, cp, micro_batch, zero_stage, recompute, offload, precision, optimizer_bits, schedule,
 # chunks, sp, attention, first_stage_layers, last_stage_layers); the advisor grades it against
 # its best and names the largest difference. Megatron-LM's example configuration is filled in;
 # try to beat it. The advisor searches a finite set of layouts with a model only as accurate as
