@@ -67,14 +67,15 @@ def _load(path: Path) -> dict | None:
     return data if isinstance(data, dict) and data.get("format") == handin.FORMAT else None
 
 
-def integrity_flags(data: dict) -> list[str]:
-    """Whether the stored summary is what the stored lines give, and the digest still holds."""
+def integrity_flags(data: dict, summary: dict | None = None) -> list[str]:
+    """Whether the stored summary is what the stored lines give, and the digest still holds (``summary``: those
+    lines' summary when the caller has computed it already)."""
     lines = data.get("entries") if isinstance(data.get("entries"), list) else []
     entries = journal.parse([json.dumps(x) for x in lines])
     flags = []
     if len(entries) != len(lines):
         flags.append(f"{len(lines) - len(entries)} journal lines are not journal entries")
-    summary = handin.summarise(entries, data.get("notebooks"))
+    summary = dict(summary if summary is not None else handin.summarise(entries, data.get("notebooks")))
     stored = data.get("summary")
     if isinstance(stored, dict) and "journal" not in stored:  # a hand-in exported before the journal's chain
         summary.pop("journal")
@@ -89,7 +90,7 @@ def check_handin(data: dict, rerun_code: bool = True, timeout_s: float = 120.0) 
     """Every flag of one hand-in, and the summary recomputed from its lines (what the table counts)."""
     entries = journal.parse([json.dumps(x) for x in data.get("entries", []) if isinstance(x, dict)])
     summary = handin.summarise(entries, data.get("notebooks"))
-    flags = integrity_flags(data) + summary["journal"]["breaks"]  # a line deleted, moved or edited before export
+    flags = integrity_flags(data, summary) + summary["journal"]["breaks"]  # lines deleted, moved or edited
     found = regrade.exercise_flags(entries) + regrade.prediction_flags(entries) + regrade.design_flags(entries)
     if rerun_code:
         found += regrade.coding_flags(summary, timeout_s)[0]
