@@ -139,12 +139,12 @@ def _whole_cases(fn: Callable, old: dict, new: dict) -> list[Case]:
         except Exception as err:  # noqa: BLE001 - whatever the learner wrote, say it does not load
             return [Case(name, False, f"the checkpoint does not load after a completed save: {type(err).__name__}")]
     replaced = Case(name, step == 2, "" if step == 2 else f"path still holds step {step} after saving step 2",
-                    () if step == 2 else REPLACES)
+                    REPLACES)
     synced = spy.synced_before_rename()
     flushed = Case(FSYNC_CASE, synced, "" if synced else (
         f"calls seen: {', '.join(spy.calls) or 'none'}. The kills above cannot catch this: a killed process's "
         "written pages stay in the kernel and still reach the disk. A power cut before they do would leave the "
-        "renamed file empty or torn"), () if synced else FSYNC)
+        "renamed file empty or torn"), FSYNC)
     return [replaced, flushed]
 
 
@@ -173,7 +173,7 @@ def run(fn: Callable[[dict, str | Path], None]) -> list[Case]:
                 ok, detail = whole, "" if whole else f"step {step} loaded with the wrong weights (torn)"
             except Exception as err:  # noqa: BLE001 - a torn file fails to load in many ways
                 ok, detail = False, f"after the kill ({how}) the checkpoint does not load: {type(err).__name__}"
-        cases.append(Case(name, ok, detail, () if ok else TORN))
+        cases.append(Case(name, ok, detail, TORN))
     return cases + _whole_cases(fn, old, new)
 
 

@@ -82,7 +82,7 @@ def _case(name: str, seq: list[int], slots: int, fn: Callable, hints: tuple[str,
         return failed
     best = misses(seq, slots, belady)
     return Case(name, got <= best, "" if got <= best else f"{got} misses; the optimum is {best}",
-                () if got <= best else hints)
+                hints)
 
 
 def run(fn: Callable[[set[int], list[int]], int]) -> list[Case]:

@@ -50,7 +50,7 @@ def run(fn: Callable[[int, int, int, int, int], float]) -> list[Case]:
             continue
         ok = abs(got - want) <= 1e-6 * want
         cases.append(Case(name, ok, "" if ok else f"{got / 1e9:.3f} GB; the advisor holds {want / 1e9:.3f} GB",
-                          () if ok else _hints(zero)))
+                          _hints(zero)))
     return cases
 
 

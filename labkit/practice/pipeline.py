@@ -82,7 +82,7 @@ def run(fn: Callable[[int, int, int], list]) -> list[Case]:
         bubble, want = measured_bubble(tl), bubble_fraction(p, m)
         ok = abs(bubble - want) < 1e-9
         cases.append(Case(name, ok, "" if ok else f"bubble {bubble:.3f}, the formula gives (p-1)/(m+p-1) = {want:.3f}",
-                          () if ok else BUBBLE))
+                          BUBBLE))
     return cases
 
 

@@ -50,7 +50,7 @@ def run(fn: Callable) -> list[Case]:
             cases.append(Case(name, False, "a rank does not hold 1/t of w1 and of w2", SIZES_HINTS))
             continue
         cases.append(Case(name, same, "" if same else "the summed partial outputs differ from the unsplit MLP",
-                          () if same else SUM_HINTS))
+                          SUM_HINTS))
     return cases
 
 
