@@ -1,0 +1,1 @@
+"""Build-it exercise act_offload (issue 31, B2): being written."""

@@ -1,0 +1,1 @@
+"""Build-it exercise sharded_ckpt (issue 31, B2): being written."""
