@@ -41,7 +41,7 @@ def test_a_table1_row_from_the_command_line_matches_the_library(capsys):
     out = advise_json(capsys, "advise", "--layers", "128", "--hidden", "25600", "--heads", "160", "--vocab", "51200",
                       "--seq", "2048", "--batch", "3072", "--gpus", "3072", "--dp", "6", "--tp", "8", "--pp", "64",
                       "--recompute", "full", "--schedule", "interleaved", "--chunks", "2", "--sp", "off", "--top", "0",
-                      "--attention", "explicit")
+                      "--attention", "explicit", "--framework", "megatron-2021")
     assert out["plans"][0]["step_s"] == pytest.approx(row.predicted_s)
     assert 0.85 <= out["plans"][0]["step_s"] / row.paper_s <= 1.15
 

@@ -27,6 +27,7 @@ from labkit.shapes import ModelShape
 
 DATA = Path(__file__).resolve().parents[2] / "datasets" / "narayanan_sc21.toml"
 TABLES = ("table1", "table2")
+FRAMEWORK = "megatron-2021"  # the profile of the runs: Megatron-LM as the paper ran it (``profiles``)
 
 
 @lru_cache(maxsize=1)
@@ -87,7 +88,7 @@ def _compare(table: str, row: dict) -> Comparison:
                      attention="explicit")
     else:
         lay = Layout(n, 1, 1, row["micro_batch"], 3, "full", sp=False, attention="explicit")
-    mc = costing.machine("A100-80GB", n, host="dgx-a100-host")
+    mc = costing.machine("A100-80GB", n, host="dgx-a100-host", framework=FRAMEWORK)
     plan = search.evaluate(shape, seq, row["batch"], lay, mc)
     flops = equation3_flops(row["batch"], seq, row["layers"], row["hidden"], vocab)
     paper = flops / (row["tflops_per_gpu"] * 1e12 * n)

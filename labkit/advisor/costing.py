@@ -89,12 +89,15 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
                                    flash, lay.recompute, prof.launch_per_layer_s, n,
                                    prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm, cp=lay.cp)
              for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
+    stage_params = shape.params * max(counts) / shape.layers / lay.tp  # ZeRO-2/3 accumulate only their shard
+    stage_params /= lay.dp * lay.cp if lay.zero_stage >= 2 else 1
     kernels_mb = k["forward"] + k["backward"] + k["recompute"] + steptime.framework_seconds(shape, seq, lay, dev, prof)
+    kernels_mb += steptime.grad_accum_seconds(stage_params, dev, prof)
     tp_mb = steptime.tp_seconds(shape, s_local, lay, ln["tp"], e, kernels_mb if prof.overlap_tp else 0.0)
     attention_s = compute.layer_times(shape, seq, lay.micro_batch, lay.tp, dev, dtype, lay.seq_parallel, flash,
                                       prof.launch_per_layer_s, prof.gemm_efficiency, gemm, lay.cp).attention
     cp_mb = steptime.cp_seconds(shape, seq, lay, ln["cp"], e, attention_s, prof)
-    pp_mb = steptime.pp_seconds(shape, s_local, lay, ln["pp"], mc.cluster.intra_node, e, prof.p2p_sync_s)
+    pp_mb = steptime.pp_seconds(shape, s_local, lay, ln["pp"], mc.cluster.intra_node, e)
     out = dict.fromkeys((*TIMES, "cpu", "peer_bytes", "pcie_bytes", "nvme_read", "nvme_write"), 0.0)
     out["compute"], out["tp"], out["cp"], out["pp"] = m * kernels_mb, m * tp_mb, m * cp_mb, m * pp_mb
     out["bubble"] = (lay.pp - 1) / lay.chunks * (kernels_mb + tp_mb + cp_mb + pp_mb)

@@ -95,7 +95,8 @@ def _host_for(cat: hardware.Catalogue, gpu: str, host: str | None) -> Host:
 def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: str | None = None,
             host: str | None = None, dram: str | None = None, ssd: str | None = None,
             headroom: float = DEFAULT_HEADROOM, region: str = "world", network_ports: int | None = None,
-            framework: str = DEFAULT_FRAMEWORK, calibration: object | None = None) -> Machine:
+            framework: str = DEFAULT_FRAMEWORK, calibration: object | None = None,
+            overrides: dict | None = None) -> Machine:
     """``gpus`` GPUs of the catalogue in hosts of the catalogue (``host``, or the first built with ``gpu``).
 
     ``gpus_per_node`` defaults to the host's GPU slots (fewer when ``gpus`` is smaller); ``dram``,
@@ -103,8 +104,11 @@ def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: s
     override the host's own tiers and network; ``framework`` names the software profile (``profiles``).
     ``calibration`` (a ``labkit.hardware.calibration.Calibration``, measured on the machine) replaces the
     catalogue device by ``calibration.device(device)`` and the profile's launch cost by ``calibration.launch_s``.
+    ``overrides`` changes single assumptions of the profile (``assumptions.OVERRIDES``).
     """
-    prof = profile(framework)
+    from labkit.advisor import assumptions
+
+    prof = assumptions.apply(profile(framework), overrides)
     if calibration is not None:
         prof = replace(prof, launch_s=float(calibration.launch_s))
     require_positive("gpus", gpus)

@@ -105,7 +105,8 @@ def advice_json(a: Advice, top: int = 5, tokens: float | None = None) -> dict:
     given = a.exact.layout if a.exact is not None else None
     plans += [one(p) for p in a.kept[:top] if p.layout != given]
     return {"model": a.model, "gpu": a.gpu, "gpus": a.gpus, "global_batch": a.global_batch, "seq": a.seq,
-            "goal": a.goal, "framework": a.framework, "tokens": tokens, "host": a.host, "host_limits": a.limits,
+            "goal": a.goal, "framework": a.framework, "assumptions": list(a.assumptions),
+            "tokens": tokens, "host": a.host, "host_limits": a.limits,
             "headroom": a.headroom,
             "usd_basis": a.usd_basis, "energy_note": a.energy_note, "tie_within": TIE_WITHIN,
             "kept_count": len(a.kept), "rejected_count": len(a.rejected), "rejected_by_reason": a.reasons(),
@@ -119,7 +120,10 @@ def advice_text(a: Advice, top: int = 5, tokens: float | None = None) -> str:
         raise LabkitError(f"top must be a non-negative integer (got {top!r})")
     head = (f"{a.model} on {a.gpus} x {a.gpu}, global batch {a.global_batch}, seq {a.seq}, goal {a.goal}, "
             f"framework {a.framework}: {len(a.kept)} plans kept, {len(a.rejected)} rejected")
-    lines = [head, f"host {a.limits}; {a.headroom:.0%} of each GPU's memory kept free (--headroom)", ""]
+    lines = [head, f"host {a.limits}; {a.headroom:.0%} of each GPU's memory kept free (--headroom)"]
+    lines += [f"assumed from the framework profile (each with its flag): {'; '.join(a.assumptions)}"] \
+        if a.assumptions else []
+    lines += [""]
     if a.exact is not None:
         lines += ["the layout given, priced as given:", breakdown_text(a.exact)]
         lines += [run_text(a.exact, tokens)] if tokens else []

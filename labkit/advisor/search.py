@@ -33,7 +33,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from labkit import hardware
-from labkit.advisor import costing, footprint, pricing
+from labkit.advisor import assumptions, costing, footprint, pricing
 from labkit.advisor.costing import GOALS, OFFLOADS, Layout, Machine, Plan
 from labkit.advisor.misses import gap
 from labkit.advisor.refine import TIE_WITHIN, simpler_first, valid_extras, variants
@@ -152,6 +152,7 @@ class Advice:
     headroom: float = costing.DEFAULT_HEADROOM
     gaps: tuple[tuple[Plan, str], ...] = ()  # when nothing fits: the nearest misses and what would close them
     framework: str = ""  # the profile every plan was priced under (``profiles``)
+    assumptions: tuple[str, ...] = ()  # what the plans took from the profile, each with its flag (``assumptions``)
 
     def nearest_misses(self, k: int = 3) -> list[Plan]:
         """The ``k`` rejected plans closest to fitting (rules of size alone), smallest shortfall first."""
@@ -191,7 +192,8 @@ class Advice:
 def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", gpus: int = 8, goal: str = "fastest",
            seq: int = 0, gpus_per_node: int | None = None, machine: Machine | None = None, host: str | None = None,
            headroom: float = costing.DEFAULT_HEADROOM, fixed: dict | None = None, framework: str | None = None,
-           network: str | None = None, network_ports: int | None = None, calibration: object | None = None) -> Advice:
+           network: str | None = None, network_ports: int | None = None, calibration: object | None = None,
+           overrides: dict | None = None) -> Advice:
     """Search every plan of ``model`` on ``gpus`` GPUs for ``goal`` (fit, fastest, cheapest, greenest).
 
     ``fit`` answers "does it fit, and the fastest plan that does" (step seconds), the others rank by step
@@ -201,7 +203,9 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     energy figures. ``fixed`` holds layout fields the caller chose (``{"tp": 8, "recompute": "full"}``):
     the search keeps them; with dp, tp and pp all fixed, that layout is also priced as given
     (``Advice.exact``). ``host``, ``headroom``, ``network``, ``network_ports`` and ``framework`` (a profile of
-    ``profiles``) build the machine (``machine.machine``).
+    ``profiles``) build the machine (``machine.machine``); ``overrides`` changes single assumptions of the
+    profile (``assumptions.OVERRIDES``). The attention kernel and sequence parallelism not fixed are the
+    profile's for the layout given; a profile that ``pins_kernels`` (megatron-2021) also keeps the search to them.
     """
     require_choice("goal", goal, GOALS)
     require_limit("global_batch", require_positive("global_batch", global_batch))
@@ -211,12 +215,16 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     require_positive("seq", seq)
     mc = machine or costing.machine(gpu, gpus, gpus_per_node, network, host=host, headroom=headroom,
                                     network_ports=network_ports, framework=framework or DEFAULT_FRAMEWORK,
-                                    calibration=calibration)
+                                    calibration=calibration, overrides=overrides)
     if goal == "greenest" and pricing.energy_missing(mc):
         with_figures = [g.name for g in hardware.load_catalogue().gpus if g.memory_energy_j_per_bit is not None]
         raise LabkitError(f"goal greenest needs energy figures: {pricing.energy_missing(mc)}; GPUs with them: "
                           f"{', '.join(with_figures)}")
     fixed = dict(fixed or {})
+    given = dict(fixed)
+    kernels = assumptions.kernel_defaults(mc.profile)
+    if mc.profile.pins_kernels:
+        fixed = {**kernels, **fixed}
     unknown = sorted(set(fixed) - set(SEARCHED) - set(FIXED_ONLY) - {"cp"})
     if unknown:
         raise LabkitError(f"fixed must name layout fields ({', '.join(SEARCHED + ('cp',) + FIXED_ONLY)}) "
@@ -224,7 +232,7 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     extras = {k: fixed[k] for k in FIXED_ONLY if k in fixed}
     exact = None
     if all(k in fixed for k in ("dp", "tp", "pp")):
-        exact = evaluate(shape, seq, global_batch, Layout(**fixed), mc, priced=True)
+        exact = evaluate(shape, seq, global_batch, Layout(**{**kernels, **fixed}), mc, priced=True)
     kept, rejected = [], []
     options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))
                and (o[3] != "fp8" or fixed.get("precision") == "fp8")]
@@ -258,4 +266,5 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
                  mc.headroom)
     misses = [exact] if exact is not None and exact.rule in FIT_RULES else []
     misses += [] if kept else [p for p in adv.nearest_misses() if p is not exact]
-    return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses), framework=mc.profile.name)
+    return replace(adv, gaps=tuple((p, gap(p, mc)) for p in misses), framework=mc.profile.name,
+                   assumptions=tuple(assumptions.lines(mc.profile, given, overrides)))

@@ -28,6 +28,9 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
   backward between neighbouring stages, b s h / t each with Megatron's scatter/gather over the
   t links of a node (Narayanan et al. 2021, section 4.1), then an all-gather over NVLink; not
   overlapped;
+* gradient accumulation: a framework that adds each micro-batch's 16-bit weight gradient into an fp32
+  ``main_grad`` in a separate kernel (Megatron-LM 2021) moves ``Profile.grad_accum_bytes`` per parameter of
+  the stage every micro-batch, at memory speed: part of the micro-batch's time, so of the bubble too;
 * data parallelism (over d x c GPUs with context parallelism: the gradients of every sequence's
   c pieces are reduced together, Megatron-Core's data-parallel-with-context group), once per step
   after the pipeline flushes (Narayanan et al. 2021, section 3.3.2: "data parallelism only needs
@@ -84,14 +87,21 @@ def cp_seconds(shape, seq: int, lay, link: Link, e: int, attention_s: float, pro
     return max(lay.stage_layers(shape.layers)) * (forward + backward + again)
 
 
-def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int, sync_s: float = 0.0) -> float:
-    """Exposed pipeline sends of one micro-batch on one stage: forward and backward, per model chunk, each
-    waiting ``sync_s`` besides its bytes (the framework's, ``profiles``)."""
+def pp_seconds(shape, seq: int, lay, link: Link, nvlink: Link, e: int) -> float:
+    """Exposed pipeline sends of one micro-batch on one stage: forward and backward, per model chunk, each its
+    bytes and the link's latency (module text); ``labkit.sim.simulate_pipeline`` with blocking sends shows
+    the same 2 v sends per micro-batch on the critical path (``tests/test_pipeline_term.py``)."""
     if lay.pp == 1:
         return 0.0
     full = e * lay.micro_batch * seq * shape.hidden
     send = transfer_time(full / lay.tp, link) + (coll.all_gather(full, lay.tp, nvlink) if lay.tp > 1 else 0.0)
-    return 2 * lay.chunks * (send + sync_s)
+    return 2 * lay.chunks * send
+
+
+def grad_accum_seconds(params_on_gpu: float, dev, prof: Profile = DEFAULT) -> float:
+    """One micro-batch's unfused gradient accumulation (``Profile.grad_accum_bytes`` per parameter of the stage,
+    at memory speed; 0 where the framework fuses it into the weight-gradient GEMM)."""
+    return compute.stream_seconds(prof.grad_accum_bytes * params_on_gpu, dev) if prof.grad_accum_bytes else 0.0
 
 
 def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_weight: int,

@@ -18,7 +18,7 @@ import argparse
 import json
 from dataclasses import replace
 
-from labkit.advisor import stages
+from labkit.advisor import assumptions, stages
 from labkit.cli.common import parse_int
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, divisors, require_choice
@@ -167,9 +167,12 @@ def advise(a: argparse.Namespace) -> tuple[str, int]:
     per_node = parse_int("gpus_per_node", a.gpus_per_node) if a.gpus_per_node is not None else None
     ports = parse_int("network_ports", a.network_ports) if a.network_ports is not None else None
     tokens = parse_int("tokens", a.tokens) if a.tokens is not None else None
+    overrides = {field: getattr(a, flag.replace("-", "_")) for flag, field in assumptions.FLAGS.items()
+                 if getattr(a, flag.replace("-", "_"), None) is not None}
     adv = search(shape, batch, a.gpu, gpus, a.goal, seq=seq, gpus_per_node=per_node, host=a.host,
                  headroom=_headroom(a.headroom), fixed=fixed, framework=require_choice("framework", a.framework,
-                 FRAMEWORKS), network=a.network, network_ports=ports, calibration=_calibration(a.calibration))
+                 FRAMEWORKS), network=a.network, network_ports=ports, calibration=_calibration(a.calibration),
+                 overrides=overrides)
     fits = adv.exact.feasible if adv.exact is not None else bool(adv.kept)
     out = json.dumps(advice_json(adv, top, tokens), indent=2) if a.json else advice_text(adv, top, tokens)
     return out, 0 if fits else 1
@@ -202,11 +205,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--offload", help="none, dram (ZeRO-Offload), nvme (ZeRO-Infinity)")
     adv.add_argument("--precision", help="bf16-mixed, fp32 (GEMMs at TF32 where the GPU has it), fp8 (GEMMs at the "
                      "FP8 peak, the rest in bf16, bf16-mixed states)")
-    adv.add_argument("--sp", help="sequence parallelism with tp > 1: on (default), off")
-    adv.add_argument("--attention", help="fused (default: FlashAttention/sdpa; also flash, sdpa), explicit "
-                     "(s x s scores in memory; also eager)")
+    adv.add_argument("--sp", help="sequence parallelism with tp > 1: on, off (default: the framework's; "
+                     "megatron-2021 off)")
+    adv.add_argument("--attention", help="fused (FlashAttention/sdpa; also flash, sdpa), explicit (s x s scores in "
+                     "memory; also eager); default: the framework's (megatron-2021 explicit, else fused)")
+    for flag, (field, (_, what)) in zip(assumptions.FLAGS, assumptions.OVERRIDES.items(), strict=True):
+        kind = "a share of the peak in (0, 1]" if field == "gemm_efficiency" else "on, off"
+        adv.add_argument(f"--{flag}", dest=flag.replace("-", "_"), help=f"{what}: {kind} (default: the framework's)")
     adv.add_argument("--framework", default=DEFAULT_FRAMEWORK, help=", ".join(FRAMEWORKS) + " (default "
-                     f"{DEFAULT_FRAMEWORK}): the kernel and overlap assumptions every plan is priced with")
+                     f"{DEFAULT_FRAMEWORK}, what runs today): the kernels and overlaps every plan is priced with; "
+                     "the plan lists each assumption and the flag that overrides it")
     adv.add_argument("--network", help="the link between hosts (default: the host's): ib-hdr, ib-ndr, roce-400, "
                      "ethernet-100, omnipath-100, or any catalogue link between hosts")
     adv.add_argument("--network-ports", dest="network_ports", help="network ports per host (default: the host's)")

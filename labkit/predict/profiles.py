@@ -8,14 +8,19 @@ A profile is one named set of these assumptions, the same for every row it is us
 constant says where it comes from. ``labkit advise --framework NAME`` chooses one; every plan
 prints the profile it was priced with.
 
-* ``megatron-2021``: Megatron-LM as in Narayanan et al., SC 2021: fused kernels (section 4.2),
-  ``compute.KERNELS_PER_LAYER`` launches of ``compute.LAUNCH_S`` each; collectives not overlapped;
-  every pipeline exchange waits ``P2P_SYNC_S`` (Megatron-LM's p2p_communication.py synchronises the
-  device after each batched send and receive; fitted once on the pipelined rows of Table 1);
-  a data-parallel group that spans nodes runs over one network port per GPU (the ZeRO-3 runs of
-  the paper's Table 2 were DeepSpeed's, whose per-module gathers did not aggregate a node's ports:
-  fitted on that table, ``tests/test_advisor_calibration.py``).
-* ``megatron-te``: Megatron-Core with Transformer Engine: the same fused kernels, and the
+* ``megatron-2021``: Megatron-LM as in Narayanan et al., SC 2021, with 2021's kernels: attention
+  written out (Q K^T, the fused scale-mask-softmax, dropout: FlashAttention came in 2022), no
+  sequence parallelism (Korthikanti et al. 2022), the fused bias-GeLU, bias-dropout-add and layer
+  norm of section 4.2 (``compute.KERNELS_PER_LAYER`` launches of ``compute.LAUNCH_S`` each);
+  collectives not overlapped; and gradient accumulation unfused: each micro-batch's 16-bit weight
+  gradient is added into the fp32 ``main_grad`` by a backward hook (``param.main_grad.add_(param.grad)``
+  in Megatron-LM's 2021 ``DistributedDataParallel``), ``GRAD_ACCUM_BYTES`` per parameter per
+  micro-batch at memory speed. A data-parallel group that spans nodes runs over one network port per
+  GPU (the ZeRO-3 runs of the paper's Table 2 were DeepSpeed's, whose per-module gathers did not
+  aggregate a node's ports: chosen on that table, ``tests/test_advisor_calibration.py``).
+* ``megatron-te``: Megatron-Core with Transformer Engine, what a practitioner runs today (the default):
+  fused attention (cuDNN/FlashAttention), sequence parallelism, the same fused element-wise kernels,
+  the weight-gradient GEMM accumulating into ``main_grad`` (``--gradient-accumulation-fusion``), and the
   distributed optimizer's ``--overlap-grad-reduce --overlap-param-gather`` hide data-parallel
   traffic behind the backward and forward (Megatron-Core documentation, distributed optimizer), and
   ``--tp-comm-overlap`` runs the tensor-parallel all-gathers and reduce-scatters inside the GEMMs
@@ -59,8 +64,8 @@ EAGER_LAUNCH_S = 20e-6  # per op and pass: PyTorch's Python dispatch, autograd b
 EAGER_KERNELS_PER_LAYER = 70  # a transformers decoder layer's ops (norms, rotary, casts, adds, activations, GEMMs)
 EAGER_BSH_PASSES = 35  # 4-byte passes over b s h per layer, forward + backward: unfused ops, norms in fp32
 CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient written and read
-# megatron: fitted once on the pipelined rows of Narayanan et al. SC 2021, Table 1 (datasets/narayanan_sc21.toml)
-P2P_SYNC_S = 4e-3  # each pipeline exchange waits: megatron/p2p_communication.py synchronises the device after it
+# megatron-2021: main_grad.add_(grad) per micro-batch: read the 16-bit gradient (2), read, write fp32 main_grad (4+4)
+GRAD_ACCUM_BYTES = 2 + 4 + 4
 # fsdp: fitted once on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s)
 FSDP_GEMM_EFFICIENCY = 0.60  # nn.Linear under autocast in a sharded model: below the 0.80 of tuned GEMMs
 FSDP_EXPOSED_SHARE = 0.5  # half of the prefetched traffic stays exposed: NCCL's kernels share the SMs and HBM
@@ -96,7 +101,10 @@ class Profile:
     ce_passes: float = 0.0  # fp32 passes over the b s V logits for the cross-entropy
     gemm_efficiency: float = compute.GEMM_EFFICIENCY  # share of the dense peak the framework's GEMMs reach
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
-    p2p_sync_s: float = 0.0  # seconds each pipeline exchange (one send and receive per micro-batch and chunk) waits
+    grad_accum_bytes: float = 0.0  # bytes per parameter each micro-batch's unfused gradient accumulation moves
+    attention: str = "fused"  # the framework's attention kernel, unless the layout names one (``predict.attention``)
+    sp: bool = True  # sequence parallelism with tp > 1, unless the layout says
+    pins_kernels: bool = False  # the framework has only these kernels: the search does not try the others
     overlap_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers)
     overlap_cp: bool = True  # context-parallel ring sends overlapped with the blocks' attention (advisor.steptime)
     embedding_backward: bool = False  # nn.Embedding's unfused scatter-add backward priced explicitly
@@ -109,13 +117,14 @@ class Profile:
 
 PROFILES = {
     "megatron-2021": Profile("megatron-2021", "Megatron-LM (Narayanan et al. 2021)", compute.KERNELS_PER_LAYER,
-                             compute.LAUNCH_S, False, False, False, p2p_sync_s=P2P_SYNC_S,
-                             source="Narayanan et al., SC 2021; pipeline wait fitted on its Table 1, one port per "
-                                    "GPU on its Table 2"),
+                             compute.LAUNCH_S, False, False, False, grad_accum_bytes=GRAD_ACCUM_BYTES,
+                             attention="explicit", sp=False, pins_kernels=True,
+                             source="Narayanan et al., SC 2021 (kernels of section 4.2); one port per GPU chosen on "
+                                    "its Table 2"),
     "megatron-te": Profile("megatron-te", "Megatron-Core + Transformer Engine", compute.KERNELS_PER_LAYER,
-                           compute.LAUNCH_S, True, True, True, overlap_tp=True, p2p_sync_s=P2P_SYNC_S,
-                           source="Megatron-Core distributed optimizer (overlap-grad-reduce, overlap-param-gather); "
-                                  "pipeline wait as megatron-2021"),
+                           compute.LAUNCH_S, True, True, True, overlap_tp=True,
+                           source="Megatron-Core distributed optimizer (overlap grad reduce and param gather), "
+                                  "Transformer Engine (fused attention, tp comm overlap, fused grad accumulation)"),
     "fsdp": Profile("fsdp", "PyTorch FSDP + FlashAttention", compute.KERNELS_PER_LAYER, compute.LAUNCH_S, True, True,
                     True, FSDP_BSH_PASSES, CE_PASSES, FSDP_GEMM_EFFICIENCY, FSDP_EXPOSED_SHARE,
                     source="Zhao et al., VLDB 2023, section 3.3.2 (prefetching); nccl-tests issue 119 (ports); "
@@ -125,7 +134,7 @@ PROFILES = {
                      source="fitted once on datasets/h200_eager.toml (three H200 runs, issue 21)"),
 }
 FRAMEWORKS = tuple(PROFILES)
-DEFAULT_FRAMEWORK = "megatron-2021"
+DEFAULT_FRAMEWORK = "megatron-te"  # what a practitioner runs today (issue 29)
 
 
 def profile(name: str) -> Profile:
