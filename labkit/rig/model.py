@@ -197,7 +197,8 @@ class TinyGPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        wide = logits if logits.dtype == torch.float64 else logits.float()  # 16-bit logits: the loss in fp32
+        loss = F.cross_entropy(wide.view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
 
 

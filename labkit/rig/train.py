@@ -15,6 +15,7 @@ Precision follows the ZeRO paper's accounting (Rajbhandari et al., SC 2020):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -27,10 +28,28 @@ from labkit.rig.data import Batches, batches, vocab_size
 from labkit.rig.model import GPTConfig, TinyGPT
 from labkit.rig.step import Batch, forward_backward, training_step
 
-TRAIN_PRECISIONS = ("fp32", "bf16-mixed")
+TRAIN_PRECISIONS = ("fp32", "bf16-mixed", "fp64")
+# fp64 is for studies whose printed figures come from trained floats (a compression ratio, a gradient error):
+# a CPU with other kernels or another thread count moves fp32 results in the 7th digit and a few training steps
+# carry that into the 3rd; in fp64 the same drift stays below 1e-10, so the printed figures are the same on
+# every machine. Memory measurements stay in fp32 and bf16, the precisions the lab teaches.
 MODEL_PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")  # a user's own model (``Trainer(model=...)``)
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
-DEFAULT_THREADS = 2
+
+
+def _lab_threads() -> int:
+    """The lab's fixed intra-op thread count: 2, or ``LABKIT_THREADS``.
+
+    Every checked output must be the same at any thread count (the portability tier runs the notebooks
+    with ``LABKIT_THREADS=1``); a course server that must leave cores free sets it too.
+    """
+    value = os.environ.get("LABKIT_THREADS", "2")
+    if not value.isdigit() or int(value) < 1:
+        raise LabkitError(f"LABKIT_THREADS must be a positive integer (1, 2, ...), got {value!r}")
+    return int(value)
+
+
+DEFAULT_THREADS = _lab_threads()
 
 
 def seed_everything(seed: int = 0, threads: int = DEFAULT_THREADS) -> None:
@@ -156,7 +175,9 @@ class Trainer:
             self.data: Batches | Callable[[int], Batch] = batches(cfg.batch_size, cfg.model.seq_len, seed=cfg.seed)
             self.precision, self.blocks = cfg.precision, "h"
             params = list(self.model.parameters())
-            if cfg.precision == "fp32":
+            if cfg.precision == "fp64":
+                self.model.to(torch.float64)
+            if cfg.precision in ("fp32", "fp64"):
                 self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, foreach=False)
             else:
                 self.model.to(torch.bfloat16)
