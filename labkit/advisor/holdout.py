@@ -1,0 +1,117 @@
+"""Held-out validation: each reference set judged by profiles that were not fitted on it (leave one set out).
+
+A profile constant fitted on a reference set (``FITTED``: the constant, the value the module states before
+fitting, the set it was fitted on and the grid it was chosen from) says nothing about how the model does on
+that set. For every set S, :func:`leave_one_out` refits each constant whose source is S on the other sets
+priced under the same profile (the grid's minimax of |log(predicted/published)|, the rule the constants were
+fitted by), or, where no other set uses that profile, puts back the value before fitting; then S is priced
+again. ``labkit bench`` prints both ratios per set with their spread (:func:`summary`). Swapping a profile's
+constants is done on ``profiles.PROFILES`` inside :func:`profile_constants` and undone on exit, and the
+reference sets' cache is cleared on both sides, so nothing else sees the swap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from labkit.advisor import reference_sets as rs
+from labkit.predict import compute, profiles
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One fitted profile constant: where it came from and what it was before."""
+
+    profile: str
+    field: str
+    prior: object  # the value before fitting (the module's first-principles default)
+    source: str  # the reference set it was fitted on (``reference_sets.SETS``)
+    grid: tuple
+
+
+FITTED = (
+    Fitted("fsdp", "gemm_efficiency", compute.GEMM_EFFICIENCY, "llm-foundry-h100", (0.5, 0.55, 0.6, 0.65, 0.7, 0.8)),
+    Fitted("fsdp", "exposed_share", 0.0, "llm-foundry-h100", (0.0, 0.25, 0.5, 0.75)),
+    Fitted("fsdp", "bsh_passes", 0.0, "llm-foundry-h100", (0.0, 10.0, 20.0, 30.0)),
+    Fitted("eager", "bsh_passes", 0.0, "h200-eager", (0.0, 20.0, 35.0, 60.0)),
+    Fitted("eager", "kernels_per_layer", compute.KERNELS_PER_LAYER, "h200-eager", (24, 40, 70, 90)),
+    Fitted("megatron-2021", "aggregate_ports", True, "sc21-table2", (True, False)),
+)
+
+
+@contextmanager
+def profile_constants(name: str, **values: object) -> Iterator[None]:
+    """Price with profile ``name``'s constants set to ``values``; restored on exit."""
+    old = profiles.PROFILES[name]
+    profiles.PROFILES[name] = replace(old, **values)
+    rs.compare.cache_clear()
+    try:
+        yield
+    finally:
+        profiles.PROFILES[name] = old
+        rs.compare.cache_clear()
+
+
+def worst_log(sets: list[str]) -> float:
+    """The largest |log(predicted/published)| over every run of ``sets``, at the profiles as they stand."""
+    return max(abs(math.log(r.ratio)) for s in sets for r in rs.compare(s))
+
+
+def refit(name: str, constants: list[Fitted], sets: list[str]) -> dict[str, object]:
+    """``constants`` of profile ``name`` chosen on ``sets`` (one pass of coordinate search over each grid), or
+    their values before fitting when ``sets`` is empty."""
+    chosen = {c.field: c.prior for c in constants}
+    if not sets:
+        return chosen
+    for c in constants:
+        scores = []
+        for value in c.grid:
+            with profile_constants(name, **(chosen | {c.field: value})):
+                scores.append((worst_log(sets), value))
+        chosen[c.field] = min(scores, key=lambda sv: sv[0])[1]
+    return chosen
+
+
+def leave_one_out(held: str) -> tuple[rs.Reference, ...]:
+    """Set ``held`` priced with every constant fitted on it refitted without it (module text)."""
+    name = rs.FRAMEWORK[held]
+    mine = [c for c in FITTED if c.source == held and c.profile == name]
+    if not mine:
+        return rs.compare(held)
+    others = [s for s in rs.SETS if s != held and rs.FRAMEWORK[s] == name]
+    values = refit(name, mine, others)
+    with profile_constants(name, **values):
+        return rs.compare(held)
+
+
+def sources(name: str) -> list[str]:
+    """Each fitted constant of reference set ``name``'s profile, with the set it came from."""
+    return [f"{c.field} = {getattr(profiles.PROFILES[c.profile], c.field)} (fitted on {c.source})"
+            for c in FITTED if c.profile == rs.FRAMEWORK[name]]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One set's ratios in-sample and held out: (lowest, highest) each."""
+
+    name: str
+    in_sample: tuple[float, float]
+    held_out: tuple[float, float]
+
+    @property
+    def spread(self) -> float:
+        return self.in_sample[1] - self.in_sample[0]
+
+    @property
+    def held_out_spread(self) -> float:
+        return self.held_out[1] - self.held_out[0]
+
+
+def summary(name: str) -> Summary:
+    """In-sample and leave-one-set-out ratio ranges of reference set ``name``."""
+    ins = [r.ratio for r in rs.compare(name)]
+    out = [r.ratio for r in leave_one_out(name)]
+    return Summary(name, (min(ins), max(ins)), (min(out), max(out)))
