@@ -5,7 +5,8 @@ and the likely mistakes the check recognises; predictions print their question, 
 the solved notebooks revealed when ``tools/build_notebooks.py`` last ran them (it records each
 reveal's value in ``instructor/predictions.json``, outside the student release); design tasks
 print a setting of their panel that meets them, found by :func:`labkit.practice.design.find_solution`;
-coding exercises point to their reference solution in ``instructor/key.py``.
+coding exercises point to their reference solution in ``instructor/key.py``, build-it exercises to
+their reference module in ``instructor/build/``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from labkit.course.copies import ROOT
 from labkit.course.regrade import exercises
+from labkit.practice.build import BUILDS
 from labkit.teach import prediction_mistakes
 from labkit.teach.predictions import PREDICTIONS
 
@@ -64,7 +66,9 @@ def answer_key(designs: bool = True, answers: Path = PREDICTION_ANSWERS) -> str:
                     out.append(f"    {band}; recognised mistakes: {named}")
         for key, ex in practice.CODING.items():
             if key[:2] == nb:
-                out.append(f"- {key}: reference solution in instructor/key.py. {ex.task.splitlines()[0]}")
+                where = f"instructor/build/{BUILDS[key].stub} (build it yourself)" if key in BUILDS else \
+                    "instructor/key.py"
+                out.append(f"- {key}: reference solution in {where}. {ex.task.splitlines()[0]}")
         if nb in design.TASKS:
             solution = design.find_solution(nb) if designs else None
             shown = json.dumps(solution) if solution else ("skipped" if not designs else "none found on the grid")

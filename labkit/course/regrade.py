@@ -5,7 +5,9 @@
 * design tasks: the stored panel settings set on a fresh panel, and the task's check run;
 * the capstone: the stored layout graded again by the advisor;
 * coding: the submitted source run again in a sandboxed child (:mod:`labkit.course.sandbox`), and
-  compared with the instructor key's solution (a copy of the key is recognised by its syntax tree).
+  compared with the instructor key's solution (a copy of the key is recognised by its syntax tree);
+  a build-it module is written to a file in the sandbox and run again on real process groups, and
+  compared, whole, with its reference in ``instructor/build/``.
 
 Each disagreement is a flag, one line naming the record and what differs.
 """
@@ -25,6 +27,7 @@ from labkit.teach import journal, prediction_mistakes
 TOPICS = ("storage", "inter_layer", "intra_layer", "offload", "reduction", "resilience", "economics", "future",
           "advisor")
 KEY_FILE = ROOT / "instructor" / "key.py"
+BUILD_KEYS = ROOT / "instructor" / "build"  # the build-it exercises' reference modules
 
 
 @dataclass(frozen=True)
@@ -161,13 +164,31 @@ def key_solutions(path: Path = KEY_FILE) -> dict[str, str]:
     return {key: _normal(sources[name]) for key, name in names.items() if name in sources}
 
 
+def build_solutions(folder: Path = BUILD_KEYS) -> dict[str, str | None]:
+    """Build-it key -> the normalised syntax tree of its reference module in ``instructor/build/`` (read, never
+    imported)."""
+    from labkit.practice.build import BUILDS
+    from labkit.practice.build.harness import normal_source
+
+    return {key: normal_source((Path(folder) / ex.stub).read_text()) for key, ex in BUILDS.items()
+            if (Path(folder) / ex.stub).is_file()}  # fmt: skip
+
+
 def coding_flags(summary: dict, timeout_s: float = 120.0) -> tuple[list[Flag], dict[str, bool | None]]:
-    """Run each coding answer's source again (sandboxed); flag a changed verdict or a copy of the key."""
+    """Run each coding answer's source again (sandboxed; a build-it module on real ranks inside it); flag a
+    changed verdict or a copy of the key (a function's syntax tree, or a whole module's for build-it)."""
+    from labkit.practice.build.harness import normal_source
+
     items = [{"key": k, "function": v.get("function"), "source": v.get("source", "")}
              for k, v in summary.get("items", {}).items() if v.get("kind") == "coding" and v.get("tries")]
     flags, verdicts = [], {}
     solutions = key_solutions()
+    modules = build_solutions()
     for item in items:
+        if item["key"] in modules:
+            if modules[item["key"]] is not None and normal_source(item["source"] or "") == modules[item["key"]]:
+                flags.append(Flag(item["key"], "the submitted module is the instructor key's reference solution"))
+            continue
         mine = _normal(item["source"] or "")
         if mine is not None and mine == solutions.get(item["key"]):
             flags.append(Flag(item["key"], "the submitted source is the instructor key's solution"))

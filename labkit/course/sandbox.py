@@ -4,7 +4,9 @@
 temporary folder, with the journal sent to ``/dev/null``, a CPU-time limit and a wall-clock
 timeout after which the whole process group is killed. The child reads the sources as JSON on
 stdin, defines each function in a fresh namespace, runs that exercise's real tests
-(:func:`labkit.practice.check_code`) and prints one JSON verdict per source. Nothing from a
+(:func:`labkit.practice.check_code`) and prints one JSON verdict per source. A build-it module
+(:mod:`labkit.practice.build`) is written to a file in that folder and graded by ``check_build``,
+which runs it on real local process groups (their own time limit, inside this one). Nothing from a
 hand-in is ever unpickled or imported into the instructor's own process.
 """
 
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,17 @@ def run_submissions(items: list[dict], timeout_s: float = 120.0) -> list[Rerun]:
 
 
 def _root() -> str:
-    from pathlib import Path
-
     return str(Path(__file__).resolve().parents[2])
+
+
+def _module_file(key: str, source: str) -> Path:
+    """Write a build-it hand-in's module into this (temporary, empty) folder, under its stub's name."""
+    from labkit.practice.build import BUILDS
+
+    path = Path("build") / BUILDS[key].stub
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(source, encoding="utf-8")
+    return path
 
 
 def _child(cpu_s: int) -> None:
@@ -68,11 +79,16 @@ def _child(cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     items = json.loads(sys.stdin.read())
     from labkit import practice
+    from labkit.practice import build
 
     results = []
     for item in items:
         namespace: dict = {}
         try:
+            if item["key"] in build.BUILDS:  # a build-it module: written to a file here, run on real ranks
+                fb = build.check_build(item["key"], _module_file(item["key"], item.get("source") or ""))
+                results.append({"key": item["key"], "ok": bool(fb), "message": str(fb)})
+                continue
             exec(compile(item.get("source") or "", f"<hand-in {item['key']}>", "exec"), namespace)  # noqa: S102
             fn = namespace.get(item.get("function") or "")
             if not callable(fn):

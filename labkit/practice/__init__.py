@@ -10,12 +10,15 @@ still raises ``NotImplementedError`` (or returns None) is "not written yet".
 
 Reference solutions live in the instructor key (``instructor/key.py``), outside the
 package; the tests check that each reference passes and each blank stub fails.
+Build-it exercises (:mod:`labkit.practice.build`) are the same idea for a whole component: the learner
+writes a module, and the lab runs it on real process groups beside torch's own engine.
 This package sits on the top floor, beside the advisor: it may read any topic.
 """
 
 from __future__ import annotations
 
 from labkit.practice import (  # noqa: F401, E402 - importing them registers their exercises
+    build,
     checkpoint,
     eviction,
     footprint,

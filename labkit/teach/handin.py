@@ -38,6 +38,8 @@ def _tried(items: list[journal.Entry]) -> dict:
         chosen = tries[right[0]] if right else (tries[-1] if tries else None)
         out["source"] = chosen.detail.get("source", "") if chosen else ""
         out["function"] = chosen.answer if chosen else None
+        if chosen and "path" in chosen.detail:  # a build-it module: its source above, where it lived here
+            out["path"] = chosen.detail["path"]
     if items and items[0].kind in ("design", "capstone"):
         chosen = tries[right[0]] if right else None
         out["settings"] = chosen.answer if chosen else None
