@@ -10,8 +10,7 @@ from labkit.predict.profiles import FRAMEWORKS, profile
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    n == "torchtitan-h100", strict=True, reason="issue 29, open: the 8B FSDP rows are 0.70-0.72 (priced on H100-SXM; "
-    "the runs' H100s are 96 GB HBM2e at 500 W)")) for n in rs.SETS])
+    n in rs.OPEN, strict=True, reason=rs.OPEN.get(n, ""))) for n in rs.SETS])
 def test_every_run_within_the_sets_tolerance(name: str) -> None:
     refs = rs.compare(name)
     assert refs and all(r.published_s > 0 and r.predicted_s > 0 for r in refs)

@@ -42,6 +42,10 @@ FRAMEWORK = {"sc21-table1": "megatron-2021", "sc21-table2": "megatron-2021", "ll
              "h200-eager": "eager", "torchtitan-h100": "fsdp", "opt-175b": "fsdp"}
 TOLERANCE = {"sc21-table1": 0.10, "sc21-table2": 0.25, "llm-foundry-h100": 0.20, "h200-eager": 0.25,
              "torchtitan-h100": 0.20, "opt-175b": 0.20}
+# sets that do not yet hold to their tolerance, with what was measured and why (issue 29, open): printed and tested
+# as strict expected failures, so they are never silently dropped and fail loudly once they hold
+OPEN = {"torchtitan-h100": "the 8B FSDP rows are 0.70-0.72: priced on the catalogue's H100-SXM; the runs' H100s are "
+                           "96 GB HBM2e parts at 500 W with a peak the source does not know"}
 SOURCE = {"sc21-table1": "Narayanan et al., SC 2021, Table 1", "sc21-table2": "Narayanan et al., SC 2021, Table 2",
           "llm-foundry-h100": "mosaicml/llm-foundry, benchmarking README, H100 80GB BF16",
           "h200-eager": "issue 21: one H200, eager PyTorch + transformers, measured",
