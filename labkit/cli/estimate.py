@@ -23,6 +23,7 @@ from typing import Any
 
 from labkit.cli.common import parse_int, parse_zero, table
 from labkit.cli.estimate_peak import peak_lines, predicted_peak, step_time
+from labkit.cli.finetune_args import add_finetune_flags, estimate_finetune, format_finetune
 from labkit.cli.shape_args import SHAPE_FLAGS, add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, require_choice
 from labkit.predict.attention import attention_kind
@@ -125,6 +126,8 @@ def estimate(a: argparse.Namespace) -> dict[str, Any]:
     if a.largest:
         return largest(a)
     shape = shape_from_args(a)
+    if getattr(a, "finetune", None) is not None:
+        return estimate_finetune(a, shape)
     lay = _layout(a)
     mb = parse_int("micro_batch", a.micro_batch)
     seq = parse_int("seq", a.seq) if a.seq is not None else 0
@@ -200,6 +203,8 @@ def format_estimate(out: dict[str, Any]) -> str:
     """The estimate for people, in the convention's units: the categories, host memory and the fit."""
     if "largest_params" in out:
         return _format_largest(out)
+    if "finetune" in out:
+        return format_finetune(out)
     s, per, u = out["setup"], out["per_device_bytes"], out["units"]
     unit = UNITS[u]
     layout = f"dp {s['dp']}, tp {s['tp']}, pp {s['pp']}, ZeRO stage {s['zero_stage']}"
@@ -250,6 +255,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     est.add_argument("--largest", action="store_true", help="the largest parameter count whose states fit --gpu")
     est.add_argument("--calibration", help="a labkit calibrate file: the step's time on its measured rates too")
     est.add_argument("--json", action="store_true", help="print bytes as JSON")
+    add_finetune_flags(est)
     est.set_defaults(run=run)
 
 

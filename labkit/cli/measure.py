@@ -8,6 +8,7 @@ import sys
 
 from labkit.cli.calibrate import load_calibration
 from labkit.cli.common import parse_int
+from labkit.cli.finetune_args import add_finetune_flags, measure_finetune
 from labkit.errors import LabkitError
 from labkit.predict.attention import torch_name
 
@@ -29,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     p.add_argument("--calibration", help="a labkit calibrate file: the step's time predicted on it too")
     p.add_argument("--json", action="store_true", help="print bytes as JSON")
+    add_finetune_flags(p, measuring=True)
     p.set_defaults(run=run)
 
 
@@ -39,6 +41,10 @@ def run(a: argparse.Namespace) -> int:
 
     batch, seq = parse_int("batch", a.batch), parse_int("seq", a.seq)
     layers = parse_int("layers", a.layers) if a.layers is not None else None
+    if a.finetune is not None:
+        report = measure_finetune(a, batch, seq, layers)
+        print(json.dumps(report.to_json(), indent=2) if a.json else str(report))
+        return 0
     dropout = None
     if a.dropout is not None:
         try:
