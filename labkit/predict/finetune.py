@@ -175,12 +175,25 @@ def layer_terms(shape: ModelShape, ft: Finetune, seq: int, batch: int, e: int, g
     return out
 
 
+def rotary_savers(shape: ModelShape, ft: Finetune) -> tuple[int, ...]:
+    """The layers whose Q or K needs a gradient, so that rotary's cos and sin are kept: every layer after the
+    first, and the first when Q or K has an adapter (none for GPT-2, or under checkpointing, which keeps them
+    as the layer's inputs, not as saved tensors). Saved by two or more, they belong to no layer."""
+    if not shape.gated or ft.checkpointing:
+        return ()
+    return tuple(i for i in range(shape.layers) if i > 0 or set(ft.targets) & {"q", "k"})
+
+
+def _rotary_bytes(shape: ModelShape, seq: int, e: int) -> int:
+    return 2 * seq * (shape.hidden // shape.heads) * e
+
+
 def outside_terms(shape: ModelShape, ft: Finetune, seq: int, batch: int, e: int) -> list[ActivationTerm]:
-    """The rotary tables (when a layer's Q or K needs a gradient), the final norm and the loss."""
+    """The rotary tables (when two or more layers keep them), the final norm and the loss."""
     s, b = seq, batch
     terms = []
-    if shape.gated and not ft.checkpointing and (shape.layers > 1 or set(ft.targets) & {"q", "k"}):
-        terms.append(ActivationTerm("rotary tables", "cos and sin, one row", 2 * s * (shape.hidden // shape.heads) * e))
+    if len(rotary_savers(shape, ft)) > 1:
+        terms.append(ActivationTerm("rotary tables", "cos and sin, one row", _rotary_bytes(shape, s, e)))
     sbh = s * b * shape.hidden
     terms += [ActivationTerm("final norm", f"{shape.norm}, frozen weight", _norm(shape, e, sbh, s * b)),
               ActivationTerm("loss", "fp32 log-probabilities, int64 shifted labels, a scalar",
@@ -211,7 +224,11 @@ def layer_bytes(shape: ModelShape, ft: Finetune, seq: int, batch: int, e: int) -
         return (float(e * seq * batch * shape.hidden),) * shape.layers
     first = sum(t.bytes for t in layer_terms(shape, ft, seq, batch, e, grad_in=False))
     rest = sum(t.bytes for t in layer_terms(shape, ft, seq, batch, e))
-    return (first,) + (rest,) * (shape.layers - 1)
+    out = [first] + [rest] * (shape.layers - 1)
+    savers = rotary_savers(shape, ft)
+    if len(savers) == 1:  # kept by one layer alone: the recorder files it under that layer
+        out[savers[0]] += _rotary_bytes(shape, seq, e)
+    return tuple(out)
 
 
 def finetune_bytes(shape: ModelShape, ft: Finetune, seq: int, batch: int, precision: str) -> FinetuneBytes:
