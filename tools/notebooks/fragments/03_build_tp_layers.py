@@ -17,7 +17,6 @@
 
 # %%
 from labkit.practice import build
-from labkit.practice.build import tp_layers as build_tp
 
 tp_path = build.open_stub("03.build.tp_layers")
 print(tp_path)
@@ -28,4 +27,5 @@ build.check_build("03.build.tp_layers", tp_path)
 # %% tags=["nbval-ignore-output"]
 # When your module passes: seconds per step and bytes all-reduced, your MLP beside torch's DTensor
 # ColwiseParallel/RowwiseParallel (predicted: 2 all-reduces of tokens x h floats; times are shown, never checked).
+# from labkit.practice.build import tp_layers as build_tp
 # build_tp.benchmark(tp_path)
