@@ -113,8 +113,8 @@ def test_estimate_lora_on_all_linear_at_long_seq_does_not_fit(capsys):
     longest = out["levers"]["longest seq"]
     assert 0 < longest < 4096 and out["levers"]["longest seq, checkpointing on"] > longest
     ft = Finetune("lora", 8, parse_targets("all-linear", True))
-    from labkit.cli.finetune_args import fit
     from labkit.hardware import load_catalogue
+    from labkit.predict.finetune_fit import fit
 
     gpu = load_catalogue().gpu("rtx-4090")
     assert fit(LLAMA7B, ft, 1, longest, gpu)["fits"] and not fit(LLAMA7B, ft, 1, longest + 1, gpu)["fits"]

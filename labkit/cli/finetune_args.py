@@ -15,6 +15,7 @@ from typing import Any
 from labkit.cli.common import parse_int
 from labkit.errors import LabkitError, require_choice
 from labkit.predict.finetune import METHODS, Finetune, finetune_bytes, parse_targets
+from labkit.predict.finetune_fit import fit, longest_seq
 from labkit.predict.finetune_peak import FinetuneStep, finetune_peak
 from labkit.shapes import ModelShape
 
@@ -69,26 +70,6 @@ def measure_finetune(a: argparse.Namespace, batch: int, seq: int, layers: int | 
     spec = load_spec(a.hf_config, layers)
     ft = finetune_from_args(a, spec.shape, precision)
     return compare_finetune(spec, ft, batch, seq, precision, device=a.device or "cpu")
-
-
-def fit(shape: ModelShape, ft: Finetune, batch: int, seq: int, device) -> dict[str, Any]:
-    """The predicted peak on one GPU of the catalogue, its margin and whether it fits (bytes)."""
-    from labkit.predict.allocator import reserve_share
-
-    pk = finetune_peak(FinetuneStep(shape, ft, batch, seq, "bf16-mixed", "cuda"), reserve_share())
-    usable = device.usable_memory_bytes
-    return {"bytes": pk.peak, "phase": pk.phase, "by_phase": pk.by_phase, "reserve_bytes": pk.reserve.bytes,
-            "terms": {t.name: t.bytes for t in pk.phases[pk.phase] if t.bytes}, "usable_bytes": usable,
-            "headroom_bytes": usable - pk.peak, "fits": pk.peak <= usable}
-
-
-def longest_seq(shape: ModelShape, ft: Finetune, batch: int, device) -> int:
-    """The longest sequence (up to the model's positions) whose predicted peak fits ``device``; 0 if none."""
-    lo, hi = 0, shape.seq
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fit(shape, ft, batch, mid, device)["fits"] else (lo, mid - 1)
-    return lo
 
 
 def estimate_finetune(a: argparse.Namespace, shape: ModelShape) -> dict[str, Any]:
