@@ -111,3 +111,9 @@ def test_bad_input_names_the_allowed_values():
         gaps_to_fp32({})
     with pytest.raises(LabkitError, match="dtype must be one of float32, bfloat16, float16"):
         dynamic_range(("int8",))
+
+
+def test_share_text_rounds_to_what_no_cpu_changes():
+    from labkit.reduction.precision import share_text
+
+    assert [share_text(f) for f in (0.17814, 0.0128, 0.00128, 0.00011, 0.0)] == ["18%", "1%", "0.1%", "0.01%", "0%"]

@@ -13,7 +13,8 @@ results in rank order. It is written for a classroom kernel that re-runs cells:
   carrying its traceback; the other ranks are stopped at once;
 * a rank that exits without reporting (whatever its exit code) is a :class:`WorkerError`
   naming that rank and its exit code;
-* a worker that hangs is killed after ``timeout`` seconds and a :class:`WorkerTimeout`
+* a worker that hangs is killed ``timeout`` seconds after every rank has started (a slow start on
+  a loaded machine is not a hang) and a :class:`WorkerTimeout`
   names the rank that did not reach the collective the others wait in (``labkit.dist.diagnose``);
 * no orphans: every child is killed and reaped when ``run`` returns or raises
   (even on KeyboardInterrupt), and a child dies with its parent (``PR_SET_PDEATHSIG``);
@@ -113,7 +114,7 @@ def _worker(rank: int, job: _Job) -> None:
         torch.manual_seed(job.seed)
         dist.init_process_group(
             "gloo", init_method=f"file://{job.workdir}/rendezvous", rank=rank, world_size=job.world_size,
-            timeout=datetime.timedelta(seconds=job.timeout),
+            timeout=datetime.timedelta(seconds=job.timeout + diagnose.START_LIMIT_S),  # the parent's fires first
         )  # fmt: skip
         try:
             result = job.fn(rank, job.world_size, **job.kwargs)
@@ -178,6 +179,7 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
     finished after ``timeout`` s. See :func:`run_outcomes` when a rank is meant to die.
     """
     with _group(fn, world_size, timeout, threads, seed, kwargs) as (procs, workdir):
+        diagnose.wait_started(workdir, procs)
         deadline = time.monotonic() + timeout
         pending = {p.sentinel: r for r, p in enumerate(procs)}
         while pending:
@@ -217,6 +219,7 @@ def run_outcomes(fn: Callable[..., Any], world_size: int, *, timeout: float = 60
     only :class:`WorkerTimeout` if some rank is still running after ``timeout`` s (then killed).
     """
     with _group(fn, world_size, timeout, threads, seed, kwargs) as (procs, workdir):
+        diagnose.wait_started(workdir, procs)
         _wait_all(procs, timeout)
         alive = [r for r, p in enumerate(procs) if p.is_alive()]
         if alive:

@@ -34,6 +34,23 @@ def arm(workdir: str | Path, rank: int) -> None:
     faulthandler.register(STACK_SIGNAL, file=f, all_threads=True)
 
 
+START_LIMIT_S = 120.0  # how long ranks may take to start (spawn, import torch) before their timeout runs anyway
+
+
+def wait_started(workdir: str | Path, procs: list, limit_s: float = START_LIMIT_S) -> None:
+    """Wait until every rank has armed its stack dump (it has imported torch and is about to run), one has
+    exited, or ``limit_s`` passed. A group's timeout counts from then: on a loaded machine spawning ranks
+    can take longer than a short timeout, and a slow start must not be reported as a hang."""
+    if STACK_SIGNAL is None:
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if any(not p.is_alive() for p in procs) or all(
+                (Path(workdir) / f"rank{r}.stack").exists() for r in range(len(procs))):
+            return
+        time.sleep(0.02)
+
+
 @dataclass(frozen=True)
 class Where:
     """Where an unfinished rank is: the collective it waits in (None if none) and its innermost own frame."""
@@ -54,7 +71,7 @@ def parse(rank: int, text: str) -> Where:
     return Where(rank, collective, f"{fn} ({Path(path).name}:{line})")
 
 
-def where(pids: dict[int, int], workdir: Path, wait_s: float = 2.0) -> list[Where]:
+def where(pids: dict[int, int], workdir: Path, wait_s: float = 10.0) -> list[Where]:
     """Signal each unfinished rank (rank -> pid) and read where it is; ranks whose dump never came are left out."""
     if STACK_SIGNAL is None:
         return []

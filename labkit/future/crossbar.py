@@ -91,6 +91,12 @@ def _quantize(t: torch.Tensor, levels: int) -> torch.Tensor:
     return torch.round(t * levels).clamp(-levels, levels) / levels
 
 
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """The crossbar simulates in fp32, or in fp64 for a model trained in fp64 (``tiny_trainer``'s default):
+    its printed losses are then the same on every CPU, whose fp32 kernels differ in the last bits."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
 class AnalogLinear(nn.Module):
     """A trained ``nn.Linear`` programmed into crossbar tiles; ``forward`` is the analog read."""
 
@@ -98,12 +104,13 @@ class AnalogLinear(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        w = linear.weight.detach().float().t()  # (in, out): inputs drive rows, outputs are columns
+        self.dtype = _compute_dtype(linear.weight)
+        w = linear.weight.detach().to(self.dtype).t()  # (in, out): inputs drive rows, outputs are columns
         self.row_slices = [slice(r, min(r + cfg.rows, self.in_features)) for r in range(0, self.in_features, cfg.rows)]
         col_slices = [slice(c, min(c + cfg.cols, self.out_features)) for c in range(0, self.out_features, cfg.cols)]
         g = torch.zeros_like(w)  # G+ - G-, in units of G_max
-        scale = torch.zeros(len(self.row_slices), self.out_features)  # weight per unit conductance
-        full = torch.zeros(len(self.row_slices), self.out_features)  # ADC full scale per column
+        scale = torch.zeros(len(self.row_slices), self.out_features, dtype=self.dtype)  # weight per unit conductance
+        full = torch.zeros(len(self.row_slices), self.out_features, dtype=self.dtype)  # ADC full scale per column
         for i, rs in enumerate(self.row_slices):
             for cs in col_slices:
                 tile = w[rs, cs]
@@ -134,18 +141,19 @@ class AnalogLinear(nn.Module):
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg, shape = self.cfg, x.shape
-        x = x.reshape(-1, self.in_features).float()
+        x = x.reshape(-1, self.in_features).to(self.dtype)
         x_scale = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-30)  # one DAC reference per vector
         v = x / x_scale
         if cfg.dac_bits is not None:
             v = _quantize(v, 2 ** (cfg.dac_bits - 1) - 1)
-        y = torch.zeros(x.shape[0], self.out_features)
+        y = torch.zeros(x.shape[0], self.out_features, dtype=self.dtype)
         for i, rs in enumerate(self.row_slices):
             clean = v[:, rs] @ self.g[rs]  # (n, out): Kirchhoff's sum down each column
             sigma = cfg.noise * torch.sqrt(2 * (v[:, rs] ** 2).sum(1, keepdim=True))
             current = clean.unsqueeze(0)  # (reads, n, out): every read of every column, converted, then averaged
             if cfg.noise > 0:
-                current = current + sigma * torch.randn((cfg.reads, *clean.shape), generator=self.generator)
+                draws = torch.randn((cfg.reads, *clean.shape), generator=self.generator, dtype=self.dtype)
+                current = current + sigma * draws
             if cfg.adc_bits is not None:
                 fs = self.full_scale[i]
                 current = _quantize(current / fs, 2 ** (cfg.adc_bits - 1) - 1) * fs
@@ -153,7 +161,7 @@ class AnalogLinear(nn.Module):
             y += current * self.scale[i]  # digital: rescale the partial sum and add it
         y = y * x_scale
         if self.bias is not None:
-            y = y + self.bias.float()
+            y = y + self.bias.to(self.dtype)
         return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -163,7 +171,8 @@ class AnalogLinear(nn.Module):
 def relative_error(linear: nn.Linear, x: torch.Tensor, cfg: CrossbarConfig) -> float:
     """||analog(x) - linear(x)|| / ||linear(x)||: how far one layer's crossbar is from its digital twin."""
     with torch.no_grad():
-        exact = F.linear(x.float(), linear.weight.float(), None if linear.bias is None else linear.bias.float())
+        dt = _compute_dtype(linear.weight)
+        exact = F.linear(x.to(dt), linear.weight.to(dt), None if linear.bias is None else linear.bias.to(dt))
         analog = AnalogLinear(linear, cfg)(x)
     return float((analog - exact).norm() / exact.norm().clamp(min=1e-30))
 
@@ -174,7 +183,8 @@ def analog_model(model: nn.Module, cfg: CrossbarConfig) -> nn.Module:
     Each layer gets its own noise seed, derived from ``cfg.seed`` and its position; the
     embeddings, layer norms, attention scores and the tied ``lm_head`` stay digital.
     """
-    twin = copy.deepcopy(model).float().eval()
+    twin = copy.deepcopy(model).eval()
+    twin.to(_compute_dtype(next(twin.parameters())))
     for b, block in enumerate(twin.h):
         for j, name in enumerate(ANALOG_LAYERS):
             parent, attr = name.split(".")
@@ -197,11 +207,14 @@ def eval_loss(model: nn.Module, trainer: Trainer, batches_: int = 2) -> float:
     return loss
 
 
-def tiny_trainer(steps: int = 60, seed: int = 0, d_model: int = 64) -> Trainer:
-    """A tiny GPT trained ``steps`` steps without dropout (deterministic): the model the crossbar runs."""
+def tiny_trainer(steps: int = 60, seed: int = 0, d_model: int = 64, precision: str = "fp64") -> Trainer:
+    """A tiny GPT trained ``steps`` steps without dropout (deterministic): the model the crossbar runs.
+
+    In fp64 by default: the crossbar's printed losses then come out the same on every CPU (an fp32
+    model's last bits differ between CPUs' kernels and reach the losses' third digit through 60 steps)."""
     require_positive("steps", steps)
     model = GPTConfig(vocab_size=vocab_size(), seq_len=32, n_layer=2, n_head=4, d_model=d_model, dropout=0.0)
-    trainer = Trainer(TrainConfig(model=model, batch_size=8, lr=3e-3, seed=seed))
+    trainer = Trainer(TrainConfig(model=model, batch_size=8, lr=3e-3, seed=seed, precision=precision))
     trainer.run(steps)
     return trainer
 

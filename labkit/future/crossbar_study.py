@@ -31,7 +31,7 @@ def layer_inputs(trainer: Trainer, layer: str = "mlp.c_proj", block: int = 0) ->
     parent, attr = layer.split(".")
     linear = getattr(getattr(blocks[block], parent), attr)
     seen: list[torch.Tensor] = []
-    hook = linear.register_forward_hook(lambda m, inp, out: seen.append(inp[0].detach().float()))
+    hook = linear.register_forward_hook(lambda m, inp, out: seen.append(inp[0].detach().clone()))
     tc = trainer.cfg
     val = batches(tc.batch_size, tc.model.seq_len, seed=tc.seed, split="val")
     was = trainer.model.training

@@ -103,12 +103,19 @@ class Stage(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
 
 
-def build_stage(cfg: GPTConfig, seed: int, rank: int, p: int) -> Stage:
-    """Stage ``rank`` of the seeded GPT with the head untied (every rank builds the same full model)."""
+DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+
+
+def build_stage(cfg: GPTConfig, seed: int, rank: int, p: int, dtype: str = "fp32") -> Stage:
+    """Stage ``rank`` of the seeded GPT with the head untied (every rank builds the same full model).
+
+    ``dtype="fp64"`` is for studies that print figures from trained floats (a gradient error at a high
+    learning rate): their fp32 bits drift with the CPU's kernels, their fp64 ones do not reach the print."""
+    require_choice("dtype", dtype, DTYPES)
     torch.manual_seed(seed)
     gpt = TinyGPT(cfg)
     gpt.lm_head.weight = nn.Parameter(gpt.wte.weight.detach().clone())
-    return Stage(gpt, rank, p)
+    return Stage(gpt, rank, p).to(DTYPES[dtype])
 
 
 def repoint(opt: torch.optim.Optimizer, old: list[torch.Tensor], new: list[torch.Tensor]) -> None:
@@ -164,12 +171,12 @@ def _device() -> torch.device:
 
 def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "pipedream",
                     model: dict[str, Any] | None = None, batch_size: int = 8, seed: int = 0, lr: float = 3e-3,
-                    every: int = 0, verify: bool = False) -> dict[str, Any]:
+                    every: int = 0, verify: bool = False, dtype: str = "fp32") -> dict[str, Any]:
     """One stage of the asynchronous pipeline (a ``labkit.dist.run`` worker); returns a StageReport as a dict."""
     cfg = model_config(model)
     every = check_options(world_size, minibatches, stash, cfg, every)
     p, dev = world_size, _device()
-    stage = build_stage(cfg, seed, rank, p)
+    stage = build_stage(cfg, seed, rank, p, dtype)
     names = [n for n, _ in stage.named_parameters()]
     buffers = {n: b.to(dev) for n, b in stage.named_buffers()}
     live = [w.detach().to(dev).clone().requires_grad_() for w in stage.parameters()]
@@ -188,7 +195,7 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
     def forward(i: int) -> None:
         x, y = (t.to(dev) for t in data(i))
         if not stage.first:
-            x = torch.empty(shape, device=dev)
+            x = torch.empty(shape, device=dev, dtype=DTYPES[dtype])
             dist.recv(x, rank - 1)
             x.requires_grad_()
         v = versions[newest]
@@ -207,7 +214,7 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
         vid, used, x, y, out, ref, at = inflight.pop(i)
         g = None
         if not stage.last:
-            g = torch.empty(shape, device=dev)
+            g = torch.empty(shape, device=dev, dtype=DTYPES[dtype])
             dist.recv(g, rank + 1)
         bwd_sum[i], delay[i] = checksum(used), updates - at
         grads = list(torch.autograd.grad(out, [*used, x] if x.requires_grad else used, g))

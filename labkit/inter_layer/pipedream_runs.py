@@ -78,9 +78,10 @@ def train_grid(rank: int, world_size: int, runs: list[dict[str, Any]], **kwargs:
 
 def gradient_errors(p: int, minibatches: int, lrs: tuple[float, ...], modes: tuple[str, ...] = STASH_MODES,
                     model: dict[str, Any] | None = None, batch_size: int = 8, seed: int = 0,
-                    timeout: float = 120.0) -> dict[tuple[float, str], list[StageReport]]:
+                    timeout: float = 120.0, dtype: str = "fp32") -> dict[tuple[float, str], list[StageReport]]:
     """Each mode at each learning rate, with ``verify``: per stage, every backward's gradient beside the
-    true one. Keys (lr, mode), reports in rank order."""
+    true one. Keys (lr, mode), reports in rank order. ``dtype="fp64"`` makes the printed errors the same
+    on every CPU (at a high learning rate fp32's last-bit differences grow into the error's 2nd digit)."""
     if not lrs or not modes:
         raise LabkitError("lrs and modes must each name at least one value (got none)")
     for lr in lrs:
@@ -89,7 +90,7 @@ def gradient_errors(p: int, minibatches: int, lrs: tuple[float, ...], modes: tup
         check_options(p, minibatches, stash, model_config(model))
     runs = [{"stash": m, "lr": lr} for lr in lrs for m in modes]
     out = labdist.run(train_grid, p, timeout=timeout, threads=1, runs=runs, minibatches=minibatches, model=model,
-                      batch_size=batch_size, seed=seed, verify=True)
+                      batch_size=batch_size, seed=seed, verify=True, dtype=dtype)
     return {(r["lr"], r["stash"]): [StageReport(**ranks[n]) for ranks in out] for n, r in enumerate(runs)}
 
 

@@ -7,9 +7,11 @@ saves memory by trading compute (recompute) or precision (bf16, 8-bit states). B
 tensors: real text that ships with Python (``corpora``) and, labelled as such, the lab's own
 synthetic corpus, whose small grammar repeats far more than real text does.
 
-Ratios are raw / compressed bytes, the same on every run (a seeded run, fixed threads, and the
-same Python's standard library); speed is MB/s (MB = 1e6 bytes), shown but never checked. The
-byte-plane split of floats is ``planes``.
+Ratios are raw / compressed bytes, the same on every run and every CPU: the seeded run trains in
+float64 and its tensors are stored as fp32 and bf16, as a training run holds them (an fp32 run's
+last bits, and so a compressor's matches, change with the CPU's kernels; float64's drift never
+reaches the fp32 bytes), and the text is the same Python's standard library; speed is MB/s
+(MB = 1e6 bytes), shown but never checked. The byte-plane split of floats is ``planes``.
 """
 
 from __future__ import annotations
@@ -103,15 +105,16 @@ def _flat(ts) -> torch.Tensor:
 
 
 def run_tensors(cfg: CompressConfig | None = None) -> dict[str, torch.Tensor]:
-    """Flat fp32 tensors of a real fp32 run at step ``cfg.steps``, by kind: weights, gradients, Adam's m, v;
+    """Flat fp32 tensors of a real run at step ``cfg.steps``, by kind: weights, gradients, Adam's m, v;
 
     "activations": every float tensor its forward saved; "attention probs": what the softmax saved
     (half zeros, the causal mask); "post-relu": ReLU of the MLP's real pre-activations. The model uses
-    GELU, which has no exact zeros: post-relu shows what a ReLU network would save, not this one."""
+    GELU, which has no exact zeros: post-relu shows what a ReLU network would save, not this one.
+    The run is in float64 (``precision="fp64"``), its tensors rounded to fp32: bytes no CPU changes."""
     cfg = cfg or CompressConfig()
     model = GPTConfig(vocab_size=vocab_size(), seq_len=cfg.seq_len, n_layer=cfg.n_layer, d_model=cfg.d_model,
                       dropout=cfg.dropout)
-    trainer = Trainer(TrainConfig(model=model, batch_size=cfg.batch_size, seed=cfg.seed))
+    trainer = Trainer(TrainConfig(model=model, batch_size=cfg.batch_size, seed=cfg.seed, precision="fp64"))
     trainer.run(cfg.steps)
     params, state = list(trainer.model.parameters()), trainer.optimizer.state
     x, y = trainer.data(cfg.steps)

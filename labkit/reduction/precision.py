@@ -219,9 +219,9 @@ def gradient_underflow(scales: tuple[float, ...] = (1.0, DEFAULT_SCALE), loss_mu
     t = precision_trainer("fp32", model, batch_size, seed=seed)
     x, y = t.data(0)
     half = copy.deepcopy(t.model).half().eval()
-    ref = copy.deepcopy(half).float().eval()
+    ref = copy.deepcopy(half).double().eval()  # the reference in fp64, rounded to fp32: the same on every CPU
     (ref(x, y)[1] * loss_multiplier).backward()
-    g32 = torch.cat([p.grad.flatten() for p in ref.parameters()])
+    g32 = torch.cat([p.grad.flatten() for p in ref.parameters()]).float()
     live = g32 != 0
     out = []
     for scale in scales:
@@ -232,6 +232,15 @@ def gradient_underflow(scales: tuple[float, ...] = (1.0, DEFAULT_SCALE), loss_mu
         out.append(UnderflowResult(scale, loss_multiplier, int(live.sum()), int(flushed.sum()),
                                    int((~torch.isfinite(g16)).sum()), float(g32[flushed].norm() / g32.norm())))
     return out
+
+
+def share_text(fraction: float) -> str:
+    """A share as people round it, to a precision the CPU's fp16 kernels do not reach: whole per cent from
+    1% up, one significant digit below ("18%", "0.1%", "0.01%"), "0%" for none."""
+    pct = 100 * fraction
+    if pct == 0:
+        return "0%"
+    return f"{pct:.0f}%" if pct >= 1 else f"{pct:.1g}%"
 
 
 @dataclass(frozen=True)

@@ -254,7 +254,7 @@ display(measured_chart, replayed_chart)  # both charts: a cell shows only its la
 predicted_versions_stage0 = None
 
 # %%
-grid = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3, 3e-2))
+grid = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3,))
 modes = {m: grid[3e-3, m] for m in pipedream.STASH_MODES}
 print(checks.reveal_number(predicted_versions_stage0, modes["pipedream"][0].max_versions,
                            "Versions at stage 0 (measured)", "", 1.0, key="02.predict.pipedream_versions",
@@ -289,14 +289,19 @@ plots.loss_curve(curves, title="Loss per mini-batch, lr 3e-3 (measured)")
 # backward of each mini-batch was replayed in isolation with the weights its forward
 # used (the true gradient, given the same incoming gradient), and the gradient each
 # stage applied is compared with it (relative error ‖g − g_true‖ / ‖g_true‖, measured,
-# at two learning rates):
+# at two learning rates). These runs are in float64: at the higher rate the training is
+# chaotic enough that fp32's last-bit differences between two CPUs' kernels grow into the
+# error's second digit, while float64's stay far below the digits printed (the runs above
+# are fp32, and their stashed gradients are exact too, asserted below):
 
 # %%
-print(report.gradient_error_table({k: v for k, v in grid.items() if k[1] != "2bw"}))
-assert all(max(s.grad_error) == 0.0 for (lr, mode), stages in grid.items() if mode != "none" for s in stages)
-assert all(max(s.grad_error) > 0.0 for (lr, mode), stages in grid.items() if mode == "none" for s in stages[:-1])
-print("with a stash (pipedream, 2bw) every gradient equals the true one bit for bit; without, every stage but the"
-      " last applies a wrong one")
+errors = pipedream_runs.gradient_errors(4, 24, lrs=(3e-3, 3e-2), modes=("pipedream", "none"), dtype="fp64")
+print(report.gradient_error_table(errors))
+for runs in (grid, errors):
+    assert all(max(s.grad_error) == 0.0 for (lr, mode), stages in runs.items() if mode != "none" for s in stages)
+    assert all(max(s.grad_error) > 0.0 for (lr, mode), stages in runs.items() if mode == "none" for s in stages[:-1])
+print("with a stash (pipedream, 2bw; fp32 and fp64) every gradient equals the true one bit for bit; without, every"
+      " stage but the last applies a wrong one")
 
 # %% [markdown]
 # Without stashing, the first stage (whose mini-batches wait longest between forward and

@@ -118,7 +118,9 @@ print(checks.reveal_claims({"the step fits": predicted_fits, "the parameters cha
 for store, (off_store, _run, _loss) in results.items():
     print(f"{store}: peak within the {capacity:,} B capacity: {off_store.peak <= capacity}; offloaded "
           f"{off_store.stats.bytes_offloaded:,} B (= the trace's {trace.total_bytes:,} B)")
-print(f"losses: plain {plain_loss:.4f}, dram {results['dram'][2]:.4f}, disk {results['disk'][2]:.4f}")
+assert plain_loss == results["dram"][2] == results["disk"][2]  # bit for bit
+print(f"losses: plain {plain_loss:.2f}, dram {results['dram'][2]:.2f}, disk {results['disk'][2]:.2f} (equal bit for "
+      "bit, asserted; printed to 2 decimals, which no CPU's kernels change)")
 print("parameters after the step are bit-identical to the plain run's, with DRAM and with disk offload")
 
 # %% [markdown]
@@ -321,7 +323,8 @@ print(f"per step: read {inf.bytes_read[-1]:,} B (predicted {inf.predicted['read'
       f"wrote {inf.bytes_written[-1]:,} B (predicted {inf.predicted['write']:,})")
 assert inf.bytes_read[-1] == inf.predicted["read"] and inf.bytes_written[-1] == inf.predicted["write"]
 assert inf.losses == Trainer(TrainConfig(model=config.model, precision="bf16-mixed", batch_size=8)).run(2)
-print(f"losses {', '.join(f'{x:.4f}' for x in inf.losses)}: the same numbers as training in memory")
+print(f"losses {', '.join(f'{x:.1f}' for x in inf.losses)}: bit for bit the numbers of training in memory (asserted; "
+      "bf16 losses printed to 2 digits, which no CPU's kernels change)")
 
 # %% [markdown]
 # Per parameter, this run reads between 14 and 16 bytes and writes 14, while the paper
