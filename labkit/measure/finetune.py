@@ -11,6 +11,7 @@ states, the tensors autograd saves (``labkit.measure.saved``) and the whole-step
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -24,6 +25,15 @@ PRECISIONS = ("fp32", "bf16-mixed")
 STORAGE = {"lora": "16-bit base (fp32 in fp32 runs)",
            "qlora": "labkit's own NF4 (labkit.measure.nf4, blocks of 64, {scales}); bitsandbytes not used: its "
                     "CPU 4-bit layers fetch kernels from the Hub at run time"}
+
+
+class FinetuneReport(OwnModelReport):
+    """``OwnModelReport`` whose text names the fine-tuning peak model."""
+
+    def __str__(self) -> str:
+        from labkit.measure.own_model import format_report
+
+        return format_report(self).replace("labkit.predict.step_peak", "labkit.predict.finetune_peak")
 
 
 def _peft():
@@ -62,6 +72,7 @@ def finetune_trainer(spec, ft: Finetune, batch: int, seq: int, precision: str, d
 
     with no_init_weights():  # transformers' initialisation runs twice over every matrix: seconds on a 7B slice
         model = build_model(spec, "sdpa", device=device, dropout=0.0, use_cache=False)
+    model.tie_weights()  # skipped with the initialisation: the output layer shares the embedding where tied
     _fill(model)
     if ft.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -116,10 +127,12 @@ def compare_finetune(config, ft: Finetune, batch: int = 2, seq: int = 32, precis
         raise LabkitError("paged applies to a GPU estimate (labkit estimate --paged): on the CPU the host is the "
                           "device, so there is nothing to page out")
     spec = _spec(config, layers)
-    trainer = finetune_trainer(spec, ft, batch, seq, precision, device)
-    trainer.step()
-    step = measure_step(trainer)
-    peak = whole_step_peak(trainer)
+    with warnings.catch_warnings():  # transformers 5 renames gradient checkpointing: a FutureWarning per call
+        warnings.simplefilter("ignore", FutureWarning)
+        trainer = finetune_trainer(spec, ft, batch, seq, precision, device)
+        trainer.step()
+        step = measure_step(trainer)
+        peak = whole_step_peak(trainer)
     pred = finetune_bytes(spec.shape, ft, seq, batch, precision)
     pk = finetune_peak(FinetuneStep(spec.shape, ft, batch, seq, precision, device))
     model = trainer.model
@@ -141,7 +154,7 @@ def compare_finetune(config, ft: Finetune, batch: int = 2, seq: int = 32, precis
     peak_info = {"measured": peak.peak, "phase": peak.phase, "predicted": pk.peak, "predicted_phase": pk.phase,
                  "device": peak.device, "reserved": peak.reserved, "allocator_reserve": peak.allocator_reserve,
                  "by_phase": {"measured": dict(peak.by_phase), "predicted": pk.by_phase}}
-    return OwnModelReport(f"{spec.shape.name} + {ft.method} r={ft.rank}", spec.shape.params, setup, categories,
+    return FinetuneReport(f"{spec.shape.name} + {ft.method} r={ft.rank}", spec.shape.params, setup, categories,
                           list(zip(measured_layers, pred.per_layer, strict=False)),
                           (sum(step.outside_layers().values()), pred.outside), peak_info)
 

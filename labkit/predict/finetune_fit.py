@@ -65,3 +65,27 @@ def lever_rows(shape: ModelShape, ft: Finetune, batch: int, seq: int, device) ->
     other = "lora" if ft.method == "qlora" else "qlora"
     rows.append(row(f"{other} instead", replace(ft, method=other)))
     return rows
+
+
+SEVEN_B, SEVEN_B_RANK, SEVEN_B_SEQ = "llama-2-7b", 16, 1024  # notebook 05's fine-tuning question: W_q and W_v
+
+
+def seven_b_figures(device_name: str = "RTX-4090") -> dict[str, float]:
+    """Notebook 05's 7B fine-tune, and the wrong answers its mistakes give (bytes): Llama-2 7B, LoRA r = 16 on
+    W_q and W_v, micro-batch 1, 1,024 tokens, bf16 mixed, no checkpointing, on ``device_name``."""
+    from labkit.hardware import load_catalogue
+    from labkit.predict.finetune import finetune_bytes, matrix_shapes, nf4_bytes
+    from labkit.shapes.hf_config import shape_from_hf_config
+
+    shape = shape_from_hf_config(SEVEN_B)
+    lora = Finetune("lora", SEVEN_B_RANK, ("q", "v"))
+    qlora = replace(lora, method="qlora")
+    peak = fit(shape, lora, 1, SEVEN_B_SEQ, load_catalogue().gpu(device_name))["bytes"]
+    fb = finetune_bytes(shape, lora, SEVEN_B_SEQ, 1, "bf16-mixed")
+    base4 = finetune_bytes(shape, qlora, SEVEN_B_SEQ, 1, "bf16-mixed").frozen
+    matrices = [i * o for i, o in matrix_shapes(shape).values()] * shape.layers
+    scales = sum(nf4_bytes(n) - n // 2 for n in matrices)
+    return {"lora peak": peak, "lora activations": fb.activations, "frozen params": shape.params,
+            "adam states for frozen": 12.0 * shape.params, "full fine-tune states": 16.0 * shape.params,
+            "qlora base": base4, "qlora base without scales": base4 - scales, "all 4-bit": 0.5 * shape.params,
+            "16-bit base": 2.0 * shape.params}

@@ -25,6 +25,7 @@ from labkit import hardware
 from labkit.predict.estimate import model_state_bytes
 from labkit.references import failure_traces, headline, section
 from labkit.shapes import model_shape
+from labkit.teach.finetune_mistakes import FINETUNE  # 05 section 7b, kept apart for the 300-line cap
 
 
 @dataclass(frozen=True)
@@ -295,3 +296,5 @@ def mistake_values(key: str, right: float) -> dict[str, float]:
     """Each registered mistake of ``key`` and its value for the right answer ``right`` (for the instructor's key)."""
     rules = judging(key)
     return {} if rules is None else {m.name: m.value(right) for m in rules.mistakes}
+
+NUMERIC |= {k: _within(u, t, *(_m(n, _k(v)) for n, v in ms), slips=s) for k, (u, t, ms, s) in FINETUNE.items()}

@@ -67,6 +67,9 @@ PREDICTIONS: dict[str, Prediction] = {
     "05.predict.state_bytes_8bit": _n("bytes per parameter with 8-bit AdamW (measured)"),
     "05.predict.trains_as_well": _c("whether 8-bit AdamW trains as well as fp32 (measured)"),
     "05.predict.fits_xl": _c("whether GPT-2 XL fits an RTX 4090 with no recompute, and with full (predicted)"),
+    "05.predict.lora_7b_gb": _n("GB (1e9 B) at the peak of a Llama-2 7B LoRA step, r = 16 on W_q and W_v, "
+                                "micro-batch 1, 1,024 tokens, bf16 mixed (predicted)"),
+    "05.predict.qlora_base_gb": _n("GB (1e9 B) of Llama-2 7B's frozen base in QLoRA's NF4 (predicted)"),
     "06.predict.per_day_16k": _n("failures a day on 16,384 GPUs at Llama 3's rate"),
     "06.predict.per_day_100k": _n("failures a day on 100,000 GPUs at Llama 3's rate"),
     "06.predict.bit_identical": _c("whether a resumed run is bit-identical to an uninterrupted one (measured)"),
