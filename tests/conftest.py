@@ -61,7 +61,8 @@ PROCS = {  # test files that start real process groups, crash workers or subproc
     "test_cli.py", "test_course.py", "test_dist.py", "test_inter_layer_pipeline.py", "test_inter_layer_zero.py",
     "test_intra_layer_megatron.py", "test_lab.py", "test_lint.py", "test_resilience_checkpoint.py",
     "test_resilience_crash.py", "test_resilience_failover.py", "test_run_all.py", "test_handin.py",
-    "test_portable_outputs.py",
+    "test_portable_outputs.py", "test_build_zero1.py", "test_build_onef1b.py", "test_collect_build.py",
+    "test_build_tp.py", "test_build_ckpt.py",
 }
 
 

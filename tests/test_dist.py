@@ -16,19 +16,42 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _children() -> set[int]:
-    """PIDs of this process's live spawned workers (zombies and multiprocessing's resource tracker excluded)."""
-    me, kids = os.getpid(), set()
+    """PIDs of this process's live rank processes: its own children and the forkserver's (labkit.dist.context),
+    zombies, the forkserver itself and multiprocessing's resource tracker excluded."""
+    procs = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_text()
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                procs[int(entry.name)] = (int(fields[1]), fields[0], (entry / "cmdline").read_bytes())
             except OSError:
                 continue
-            fields = stat.rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-            if int(fields[1]) == me and fields[0] != "Z" and b"spawn_main" in cmdline:
-                kids.add(int(entry.name))
-    return kids
+    me = os.getpid()
+    servers = {pid for pid, (ppid, _, cmd) in procs.items() if ppid == me and b"forkserver" in cmd}
+    return {pid for pid, (ppid, state, cmd) in procs.items()
+            if state != "Z" and pid not in servers and b"resource_tracker" not in cmd
+            and (ppid in servers or (ppid == me and b"spawn_main" in cmd))}
+
+
+def test_the_rank_finder_sees_a_live_rank():
+    """_children must be able to fail: a rank still running is found."""
+    import threading
+
+    found = []
+    t = threading.Thread(target=lambda: found.append(_run_hang_briefly()))
+    t.start()
+    deadline = time.monotonic() + 60
+    while not found and time.monotonic() < deadline and not _children():
+        time.sleep(0.05)
+    seen = bool(_children())
+    t.join()
+    assert seen and not _children()
+
+
+def _run_hang_briefly() -> bool:
+    with pytest.raises(dist.WorkerTimeout):
+        dist.run(dist.faulty_worker, 2, timeout=3, bad_rank=1, mode="hang")
+    return True
 
 
 def test_all_reduce_on_two_and_four_ranks():

@@ -1,6 +1,6 @@
 """Local process groups from a notebook cell: start N ranks, get their results, clean up.
 
-``run(fn, world_size)`` spawns ``world_size`` processes on this machine, joins
+``run(fn, world_size)`` starts ``world_size`` processes on this machine (``context``), joins
 them into a ``torch.distributed`` group (gloo, or NCCL under torchrun on GPUs),
 calls ``fn(rank, world_size, **kwargs)`` in each, and returns the per-rank
 results in rank order. It is written for a classroom kernel that re-runs cells:
@@ -50,9 +50,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from labkit.dist import diagnose
+from labkit.dist.context import context
 from labkit.errors import LabkitError, require_positive
 
 MAX_LOCAL_RANKS = 8
@@ -157,7 +157,7 @@ def _group(fn: Callable[..., Any], world_size: int, timeout: float, threads: int
     workdir, procs = tempfile.mkdtemp(prefix="labkit-dist-"), []
     try:
         job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed)
-        procs = [mp.get_context("spawn").Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
+        procs = [context().Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
                  for r in range(world_size)]  # fmt: skip
         for p in procs:
             p.start()
