@@ -17,7 +17,9 @@ predicted_lora_7b_gb = None  # a number, in GB
 from labkit import hardware
 from labkit.predict import finetune_fit
 from labkit.predict.finetune import Finetune, finetune_bytes, layer_terms
+from labkit.predict.tables import text_table
 from labkit.shapes.hf_config import shape_from_hf_config
+from labkit.teach import checks
 
 llama7b = shape_from_hf_config("llama-2-7b")
 rtx = hardware.gpu("RTX-4090")
