@@ -125,6 +125,6 @@ def format_finetune(out: dict[str, Any]) -> str:
                      f"GB usable): {'spare' if fit_['fits'] else 'short by'} {gap / GB:,.2f} GB ({gap / GIB:,.2f} GiB)"
                      f"; the allocator's margin is {fit_['reserve_bytes'] / GB:,.2f} GB beyond the peak")
         for k, v in lev.items():
-            lines.append(f"  lever: {k}: " + (f"{v:,} tokens" if k.startswith("longest") else
+            lines.append(f"  lever: {k.replace('_', ' ')}: " + (f"{v:,} tokens" if k.startswith("longest") else
                                               f"{'spare' if v >= 0 else 'short by'} {abs(v) / GB:,.2f} GB"))
     return "\n".join(lines)
