@@ -95,7 +95,7 @@ def test_estimate_says_whether_it_fits_and_by_how_much(capsys):
             "--gpu", "rtx-4090"]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "fits on RTX-4090" in text and "spare" in text and "lever: gradient_checkpointing on" in text
+    assert "fits on RTX-4090" in text and "spare" in text and "lever: gradient checkpointing on" in text
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     fit = out["fit"]
