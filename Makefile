@@ -19,7 +19,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # gloo ranks, a browser) spinning threads starve each other; the numbers do not change.
 export OMP_WAIT_POLICY := PASSIVE
 
-.PHONY: lab instructor serve test quick notebooks bench lint clean
+.PHONY: lab instructor serve test quick portability notebooks bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ test: $(STAMP)
 # The quick tier: every test but real processes, notebooks and the browser (docs/architecture.md).
 quick: $(STAMP)
 	$(BIN)/python -m pytest tests -q -m "not procs and not notebook and not browser"
+
+# Every notebook's strict nbval under each of another machine's settings (tests/portable_settings.py):
+# the checked outputs must not change with the CPU's kernels or the thread count. `make test` runs each
+# notebook under one of them already.
+portability: $(STAMP)
+	LABKIT_PORTABILITY=all $(BIN)/python -m pytest tests/test_portable_outputs.py -q
 
 notebooks: $(STAMP)
 	$(BIN)/python tools/build_notebooks.py $(ONLY)

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import portable_settings
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,10 +70,34 @@ PROCS = {  # test files that start real process groups, crash workers or subproc
 def pytest_configure(config: pytest.Config) -> None:
     # Kernels started by nbval and the browser test inherit this: their journal starts empty, outside labs/.
     os.environ["LABKIT_JOURNAL"] = os.path.join(tempfile.mkdtemp(prefix="labkit-journal-"), "labkit-journal.jsonl")
+    config.pluginmanager.register(NotebookSettings(), "labkit-notebook-settings")
     for name, what in (("procs", "starts real processes (process groups, crash workers, subprocesses)"),
                        ("notebook", "strict nbval of a notebook in labs/"),
                        ("browser", "runs the lab in headless Chromium")):
         config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("LABKIT_PORTABILITY") == "own":
+        return "notebooks: strict nbval under this machine's own settings (LABKIT_PORTABILITY=own)"
+    shown = ", ".join(f"{nb.name[:2]} {portable_settings.setting_for(nb)}" for nb in sorted(ROOT.glob("labs/0*.ipynb")))
+    return f"notebooks: strict nbval under another machine's settings (tests/portable_settings.py): {shown}"
+
+
+class NotebookSettings:
+    """A plugin (registered for the whole session: a conftest's own hooks see only tests/): before a notebook's
+    first cell starts its kernel, it gives the kernel another machine's settings (issue 28), since the checked
+    outputs must be the same on any CPU and thread count. The kernel inherits os.environ."""
+
+    def __init__(self) -> None:
+        self.saved = {k: os.environ.get(k) for k in portable_settings.KEYS}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        path = Path(str(item.fspath))
+        if path.suffix != ".ipynb" or os.environ.get("LABKIT_PORTABILITY") == "own":
+            return
+        portable_settings.apply(portable_settings.setting_for(path), self.saved)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

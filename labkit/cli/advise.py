@@ -20,6 +20,8 @@ from dataclasses import replace
 
 from labkit.advisor import assumptions, stages
 from labkit.cli.common import parse_int
+from labkit.cli.finetune_advise import advise_finetune
+from labkit.cli.finetune_args import add_finetune_flags
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, divisors, require_choice
 from labkit.predict.attention import attention_kind
@@ -222,10 +224,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--calibration", help="a calibration file measured on your GPU (labkit.hardware.calibration)")
     adv.add_argument("--top", default="5", help="plans to show (default 5)")
     adv.add_argument("--json", action="store_true", help="print the plans as JSON (bytes, seconds, USD, J, kg)")
+    add_finetune_flags(adv)  # --finetune: the cheapest single card or the fewest GPUs for a LoRA/QLoRA run
     adv.set_defaults(run=run)
 
 
 def run(a: argparse.Namespace) -> int:
+    if getattr(a, "finetune", None) is not None:
+        return advise_finetune(a)
     out, status = advise(a)
     print(out)
     return status
