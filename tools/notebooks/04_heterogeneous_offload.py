@@ -120,7 +120,7 @@ for store, (off_store, _run, _loss) in results.items():
           f"{off_store.stats.bytes_offloaded:,} B (= the trace's {trace.total_bytes:,} B)")
 assert plain_loss == results["dram"][2] == results["disk"][2]  # bit for bit
 print(f"losses: plain {plain_loss:.2f}, dram {results['dram'][2]:.2f}, disk {results['disk'][2]:.2f} (equal bit for "
-      "bit, asserted; printed to 2 decimals, which no CPU's kernels change)")
+      "bit, asserted; printed to 2 decimals: a loss's last digits differ between CPUs)")
 print("parameters after the step are bit-identical to the plain run's, with DRAM and with disk offload")
 
 # %% [markdown]
@@ -324,7 +324,7 @@ print(f"per step: read {inf.bytes_read[-1]:,} B (predicted {inf.predicted['read'
 assert inf.bytes_read[-1] == inf.predicted["read"] and inf.bytes_written[-1] == inf.predicted["write"]
 assert inf.losses == Trainer(TrainConfig(model=config.model, precision="bf16-mixed", batch_size=8)).run(2)
 print(f"losses {', '.join(f'{x:.1f}' for x in inf.losses)}: bit for bit the numbers of training in memory (asserted; "
-      "bf16 losses printed to 2 digits, which no CPU's kernels change)")
+      "printed to 2 digits: a bf16 loss's last digits differ between CPUs)")
 
 # %% [markdown]
 # Per parameter, this run reads between 14 and 16 bytes and writes 14, while the paper

@@ -163,9 +163,12 @@ plots.line({"mean gap": [p.mean for p in noise.points], "smallest gap": [p.sprea
            "Analog crossbar: loss gap against read noise, 4 seeds (simulated)", x=[p.setting for p in noise.points])
 
 # %% [markdown]
-# At small noise the gap changes sign from seed to seed: one seed alone could show the noisy
-# crossbar beating the digital model, which is chance, not a result. The spread grows with the
-# noise, and the mean gap grows faster.
+# At small noise the seeds' gaps spread as widely as their mean: one seed alone could show the
+# noisy crossbar almost matching the digital model, which is chance, not a result. The spread
+# grows with the noise, and the mean gap grows faster. (The tiny GPT here is trained, and the
+# crossbar simulated, in float64, so these losses come out the same on every CPU; in fp32 the
+# kernels of one CPU and another differ in the last bits, and 60 training steps carry that into
+# the third digit.)
 
 # %% [markdown]
 # ## 4 · What it saves: energy of one matrix-vector product
