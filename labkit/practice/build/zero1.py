@@ -35,6 +35,7 @@ from labkit.inter_layer.zero.comm import CollectiveCounter, volume
 from labkit.practice.build.harness import BuildExercise, launch, load_module, register_build
 from labkit.practice.coding import Case
 from labkit.predict.estimate import model_state_bytes
+from labkit.rig.step import optimizer_step
 
 KEY = "02.build.zero1"
 WORLD, STEPS, LR, WD, BETA1 = 2, 3, 1e-2, 0.01, 0.9
@@ -90,7 +91,7 @@ def zero1_rank(rank: int, world_size: int, path: str, steps: int = STEPS) -> dic
         loss_fn(ddp(xs), ys).backward()
         counter = CollectiveCounter()
         with counter:
-            opt.step()
+            optimizer_step(opt, zero_grad=False)
         out["traffic"].append({k: dict(v) for k, v in counter.counts.items()})
         if step == 0:
             out["state_bytes"], out["exp_avg_abs"] = _state(opt)
@@ -231,7 +232,7 @@ def bench_rank(rank: int, world_size: int, path: str, width: int = 512, steps: i
                 for p in params:
                     dist.all_reduce(p.grad)  # ZeroRedundancyOptimizer leaves the gradient reduction to DDP
                     p.grad /= world_size
-            opt.step()
+            optimizer_step(opt, zero_grad=False)
         out[f"{name}_s_per_step"] = (time.perf_counter() - start) / steps
         inner = opt.optimizer if name == "yours" else opt.optim
         out[f"{name}_optimizer_bytes"] = sum(t.nbytes for st in inner.state.values() for t in st.values()
