@@ -180,8 +180,12 @@ class TinyGPT(nn.Module):
 
     @staticmethod
     def _init(m: nn.Module) -> None:
+        """N(0, 0.02) weights (GPT-2's init), drawn in float64 and rounded: torch's float32 ``normal_`` takes a
+        vectorised path on AVX2 CPUs and a scalar one elsewhere, whose last bits differ, so a float32 draw
+        would start every CPU from other weights; the float64 draw is the same everywhere."""
         if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            with torch.no_grad():
+                m.weight.copy_(torch.empty(m.weight.shape, dtype=torch.float64).normal_(mean=0.0, std=0.02))
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 

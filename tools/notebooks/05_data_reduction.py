@@ -278,8 +278,8 @@ print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
 
 # %%
 for u in under:
-    print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: about {precision.share_text(u.flushed_fraction):>5} of "
-          f"{u.elements:,} gradient elements flushed to zero, {u.overflowed} overflowed to inf/NaN")
+    print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: about {precision.share_text(u.flushed_fraction):>5} "
+          f"of the gradient's non-zero elements flushed to zero, {u.overflowed} overflowed to inf/NaN")
 
 # %% [markdown]
 # Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.
@@ -338,8 +338,8 @@ print(text_table(["optimizer", "state B (measured)", "predicted B", "bytes/param
 # %%
 from labkit.reduction.optim8bit import moment_round_trip
 
-print(text_table(["grid", "moment", "entries", "rounded to 0", "median rel. error"],
-                 [[r.map, r.moment, f"{r.n_nonzero:,}", f"{100 * r.zero_fraction:.2f}%", f"{r.median_rel_error:.4f}"]
+print(text_table(["grid", "moment", "rounded to 0", "median rel. error"],
+                 [[r.map, r.moment, f"{100 * r.zero_fraction:.2f}%", f"{r.median_rel_error:.4f}"]
                   for r in moment_round_trip(optim8bit.train_with(qcfg, 1, "fp32")[0].optimizer)]))
 
 # %% [markdown]
