@@ -284,8 +284,8 @@ plots.loss_curve(curves, title="Loss per mini-batch, lr 3e-3 (measured)")
 # What to see: every asynchronous curve ends above the synchronous one: each stage
 # computes with weights up to p - 1 updates old (staleness), the price PipeDream pays
 # for never flushing the pipeline. But the curve does **not** show the harm of skipping
-# the stash: over 24 mini-batches of this tiny model, "none" ends no worse than the
-# stashing modes. A loss curve is too coarse to see it. The gradient is not: the
+# the stash: over 24 mini-batches of this tiny model, "none" ends between the two
+# stashing modes, not below both. A loss curve is too coarse to see it. The gradient is not: the
 # backward of each mini-batch was replayed in isolation with the weights its forward
 # used (the true gradient, given the same incoming gradient), and the gradient each
 # stage applied is compared with it (relative error ‖g − g_true‖ / ‖g_true‖, measured,
@@ -307,8 +307,8 @@ print("with a stash (pipedream, 2bw; fp32 and fp64) every gradient equals the tr
 # Without stashing, the first stage (whose mini-batches wait longest between forward and
 # backward) applies gradients far from the true ones; the error shrinks down the
 # pipeline and is zero on the last stage, where each backward follows its forward at
-# once. It grows with the learning rate, because the weights move further between a
-# forward and its backward. PipeDream's weight stashing removes it entirely, at the
+# once. Its worst case (the largest column) grows with the learning rate, because the
+# weights move further between a forward and its backward. PipeDream's weight stashing removes it entirely, at the
 # memory cost in the versions table above; 2BW keeps at most two versions instead of up to p.
 #
 # %% [markdown]

@@ -286,7 +286,7 @@ for u in under:
 # So `GradScaler` scales **dynamically**: when a step's gradients hold an inf it skips the
 # step and halves the scale. Started at 2²⁴ (this run's choice; torch's default initial
 # scale is 2¹⁶), it skips steps until the scale is right, then
-# trains; when the gradients overflow again later, it skips and halves again (growth back up
+# trains; were the gradients to overflow again later, it would skip and halve again (growth back up
 # waits for 2,000 clean steps, torch's default):
 
 # %%
