@@ -104,6 +104,15 @@ def _flat(ts) -> torch.Tensor:
     return torch.cat([t.detach().float().flatten() for t in ts])
 
 
+def _exact_key_bias_gradient(model: torch.nn.Module) -> None:
+    """Give each key bias its exact gradient, zero: softmax ignores a shift shared by a row's scores, and q . b_k
+    is one, so the computed gradient is rounding noise (about 1e-18 in fp64) whose digits, and after Adam's
+    steps the bias's own tiny values and their exponents, differ from CPU to CPU."""
+    for block in model.h:
+        h = block.attn.c_attn.out_features // 3
+        block.attn.c_attn.bias.register_hook(lambda g, h=h: torch.cat([g[:h], torch.zeros_like(g[h:2 * h]), g[2 * h:]]))
+
+
 def run_tensors(cfg: CompressConfig | None = None) -> dict[str, torch.Tensor]:
     """Flat fp32 tensors of a real run at step ``cfg.steps``, by kind: weights, gradients, Adam's m, v;
 
@@ -115,6 +124,7 @@ def run_tensors(cfg: CompressConfig | None = None) -> dict[str, torch.Tensor]:
     model = GPTConfig(vocab_size=vocab_size(), seq_len=cfg.seq_len, n_layer=cfg.n_layer, d_model=cfg.d_model,
                       dropout=cfg.dropout)
     trainer = Trainer(TrainConfig(model=model, batch_size=cfg.batch_size, seed=cfg.seed, precision="fp64"))
+    _exact_key_bias_gradient(trainer.model)
     trainer.run(cfg.steps)
     params, state = list(trainer.model.parameters()), trainer.optimizer.state
     x, y = trainer.data(cfg.steps)

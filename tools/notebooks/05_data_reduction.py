@@ -47,7 +47,9 @@ seed_everything(0)
 # Python gives the same bytes), and the lab's own corpus, labelled *synthetic*: a small
 # generated grammar the tiny GPT trains on. The run is trained in float64 and its tensors are
 # stored as fp32 and bf16, as a training run holds them: in fp32 the last bits, and with them
-# a compressor's matches, would change with the CPU's kernels.
+# a compressor's matches, would change with the CPU's kernels. Each key bias gets its exact
+# gradient, zero (softmax ignores a shift shared by a row's scores; the computed value is
+# rounding noise, different on every CPU).
 
 # %%
 predicted_weight_ratio = None  # e.g. 2.0
