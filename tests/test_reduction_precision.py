@@ -116,4 +116,5 @@ def test_bad_input_names_the_allowed_values():
 def test_share_text_rounds_to_what_no_cpu_changes():
     from labkit.reduction.precision import share_text
 
-    assert [share_text(f) for f in (0.17814, 0.0128, 0.00128, 0.00011, 0.0)] == ["18%", "1%", "0.1%", "0.01%", "0%"]
+    assert [share_text(f) for f in (0.17814, 0.0128, 0.00128, 0.00011, 0.0)] == ["18%", "1%", "under 1%", "under 1%",
+                                                                               "under 1%"]

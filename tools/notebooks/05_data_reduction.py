@@ -280,8 +280,8 @@ print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
 
 # %%
 for u in under:
-    print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: about {precision.share_text(u.flushed_fraction):>5} "
-          f"of the gradient's non-zero elements flushed to zero, {u.overflowed} overflowed to inf/NaN")
+    print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: {precision.share_text(u.flushed_fraction):>8} of the "
+          f"gradient's non-zero elements flushed to zero; {'some' if u.overflowed else 'none'} overflowed to inf/NaN")
 
 # %% [markdown]
 # Scaling the loss by 2¹⁶ lifts the gradients back into range; scaling too far overflows.

@@ -167,8 +167,8 @@ plots.line({"mean gap": [p.mean for p in noise.points], "smallest gap": [p.sprea
 # noisy crossbar almost matching the digital model, which is chance, not a result. The spread
 # grows with the noise, and the mean gap grows faster. (The tiny GPT here is trained, and the
 # crossbar simulated, in float64, so these losses come out the same on every CPU; in fp32 the
-# kernels of one CPU and another differ in the last bits, and 60 training steps carry that into
-# the third digit.)
+# kernels of one CPU and another differ in the last bits, and 60 training steps can carry that
+# into the digits printed.)
 
 # %% [markdown]
 # ## 4 · What it saves: energy of one matrix-vector product
