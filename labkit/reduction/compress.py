@@ -9,8 +9,10 @@ synthetic corpus, whose small grammar repeats far more than real text does.
 
 Ratios are raw / compressed bytes, the same on every run and every CPU: the seeded run trains in
 float64 and its tensors are stored as fp32 and bf16, as a training run holds them (an fp32 run's
-last bits, and so a compressor's matches, change with the CPU's kernels; float64's drift never
-reaches the fp32 bytes), and the text is the same Python's standard library; speed is MB/s
+last bits, and so a compressor's matches, change with the CPU's kernels; float64's drift, about
+1e-14 of a weight over this run, is far below an fp32 rounding step and was measured not to reach
+the stored bytes on any setting the portability tier tries), and the text is the same Python's
+standard library; speed is MB/s
 (MB = 1e6 bytes), shown but never checked. The byte-plane split of floats is ``planes``.
 """
 
