@@ -4,7 +4,7 @@ import torch
 from labkit.errors import LabkitError
 from labkit.rig import data
 from labkit.rig.model import GPTConfig
-from labkit.rig.train import TrainConfig, Trainer
+from labkit.rig.train import TrainConfig, Trainer, study_dtype
 
 TINY = GPTConfig(vocab_size=35, seq_len=32, n_layer=1, n_head=2, d_model=32)
 
@@ -99,3 +99,9 @@ def test_trainer_with_a_user_model_in_bf16_mixed_keeps_fp32_masters_and_refuses_
                 optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(LabkitError, match="blocks must be one of stack"):
         Trainer(model=_Regressor(), data=(x, x), blocks="layers")
+
+
+def test_a_study_names_its_dtype_and_a_wrong_name_is_refused_naming_the_choices():
+    assert study_dtype("fp64") is torch.float64 and study_dtype("fp32") is torch.float32
+    with pytest.raises(LabkitError, match="dtype must be one of fp32, fp64"):
+        study_dtype("bf16")

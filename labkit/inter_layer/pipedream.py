@@ -53,6 +53,7 @@ from labkit.errors import LabkitError, require_choice, require_divides, require_
 from labkit.rig.data import batches, vocab_size
 from labkit.rig.model import GPTConfig, TinyGPT, config_from
 from labkit.rig.step import optimizer_step
+from labkit.rig.train import study_dtype
 from labkit.sim import schedule
 
 STASH_MODES = ("pipedream", "2bw", "none")
@@ -103,19 +104,16 @@ class Stage(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
 
 
-DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
-
-
 def build_stage(cfg: GPTConfig, seed: int, rank: int, p: int, dtype: str = "fp32") -> Stage:
     """Stage ``rank`` of the seeded GPT with the head untied (every rank builds the same full model).
 
     ``dtype="fp64"`` is for studies that print figures from trained floats (a gradient error at a high
     learning rate): their fp32 bits drift with the CPU's kernels, their fp64 ones do not reach the print."""
-    require_choice("dtype", dtype, DTYPES)
+    dt = study_dtype(dtype)
     torch.manual_seed(seed)
     gpt = TinyGPT(cfg)
     gpt.lm_head.weight = nn.Parameter(gpt.wte.weight.detach().clone())
-    return Stage(gpt, rank, p).to(DTYPES[dtype])
+    return Stage(gpt, rank, p).to(dt)
 
 
 def repoint(opt: torch.optim.Optimizer, old: list[torch.Tensor], new: list[torch.Tensor]) -> None:
@@ -195,7 +193,7 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
     def forward(i: int) -> None:
         x, y = (t.to(dev) for t in data(i))
         if not stage.first:
-            x = torch.empty(shape, device=dev, dtype=DTYPES[dtype])
+            x = torch.empty(shape, device=dev, dtype=study_dtype(dtype))
             dist.recv(x, rank - 1)
             x.requires_grad_()
         v = versions[newest]
@@ -214,7 +212,7 @@ def train_pipedream(rank: int, world_size: int, minibatches: int, stash: str = "
         vid, used, x, y, out, ref, at = inflight.pop(i)
         g = None
         if not stage.last:
-            g = torch.empty(shape, device=dev, dtype=DTYPES[dtype])
+            g = torch.empty(shape, device=dev, dtype=study_dtype(dtype))
             dist.recv(g, rank + 1)
         bwd_sum[i], delay[i] = checksum(used), updates - at
         grads = list(torch.autograd.grad(out, [*used, x] if x.requires_grad else used, g))

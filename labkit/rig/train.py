@@ -33,6 +33,15 @@ TRAIN_PRECISIONS = ("fp32", "bf16-mixed", "fp64")
 # a CPU with other kernels or another thread count moves fp32 results in the 7th digit and a few training steps
 # carry that into the 3rd; in fp64 the same drift stays below 1e-10, so the printed figures are the same on
 # every machine. Memory measurements stay in fp32 and bf16, the precisions the lab teaches.
+STUDY_DTYPES = {"fp32": torch.float32, "fp64": torch.float64}  # the dtype a study's own modules run in
+
+
+def study_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a study run in ``name`` ("fp32" or "fp64", the note above): the one place a study that
+    builds its own modules (PipeDream's stages) turns the name into a dtype, as ``TrainConfig.precision`` does."""
+    return STUDY_DTYPES[require_choice("dtype", name, STUDY_DTYPES)]
+
+
 MODEL_PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")  # a user's own model (``Trainer(model=...)``)
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 
