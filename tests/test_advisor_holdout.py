@@ -64,3 +64,11 @@ def test_bench_prints_both_ratios_with_their_spread(capsys) -> None:
     bench.main()
     out = capsys.readouterr().out
     assert out.count("leave-one-set-out") == len(rs.SETS) and "fitted on h200-eager" in out
+
+
+def test_the_table_marks_exactly_the_sets_that_miss() -> None:
+    lines = holdout.table().splitlines()[2:]
+    assert [ln.split()[0] for ln in lines] == list(rs.SETS)
+    marks = {ln.split()[0]: (ln.split()[-3], ln.split()[-1]) for ln in lines}
+    assert {n for n, m in marks.items() if m[0] == "NO"} == set(IN_SAMPLE_MISSES)
+    assert {n for n, m in marks.items() if m[1] == "NO"} == set(HELD_OUT_MISSES)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from labkit.advisor import reference_sets as rs
 from labkit.predict import compute, profiles
+from labkit.predict.tables import text_table
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,23 @@ def summary(name: str) -> Summary:
     ins = [r.ratio for r in rs.compare(name)]
     out = [r.ratio for r in leave_one_out(name)]
     return Summary(name, (min(ins), max(ins)), (min(out), max(out)))
+
+
+IN_SAMPLE_TOLERANCE = 0.15  # issue 29: every set within 15% with the constants as fitted
+HELD_OUT_TOLERANCE = 0.25  # and within 25% judged by constants not fitted on it
+
+
+def table() -> str:
+    """Every reference set's ratio range in-sample and held out, beside what was fitted on it (notebook 09)."""
+    rows = []
+    for name in rs.SETS:
+        s = summary(name)
+        mine = [c.field for c in FITTED if c.source == name]
+        ok = (1 - IN_SAMPLE_TOLERANCE <= s.in_sample[0] and s.in_sample[1] <= 1 + IN_SAMPLE_TOLERANCE,
+              1 - HELD_OUT_TOLERANCE <= s.held_out[0] and s.held_out[1] <= 1 + HELD_OUT_TOLERANCE)
+        rows.append([name, rs.FRAMEWORK[name], ", ".join(mine) or "nothing",
+                     f"{s.in_sample[0]:.2f}-{s.in_sample[1]:.2f}", "yes" if ok[0] else "NO",
+                     f"{s.held_out[0]:.2f}-{s.held_out[1]:.2f}", "yes" if ok[1] else "NO"])
+    head = ["reference set", "profile", "fitted on it", "in-sample", f"within {IN_SAMPLE_TOLERANCE:.0%}",
+            "held out", f"within {HELD_OUT_TOLERANCE:.0%}"]
+    return text_table(head, rows)
