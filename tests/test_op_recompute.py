@@ -134,3 +134,12 @@ def test_layouts_take_op_only_with_fused_attention_and_the_search_does_not_try_i
     with pytest.raises(LabkitError, match="recompute 'op' needs attention fused"):
         Layout(8, 1, 1, 2, 3, "op", attention="explicit")
     assert "op" not in search.SEARCHED_RECOMPUTE and {o[1] for o in search._options(("op",))} == {"op"}
+
+
+def test_the_search_around_an_op_plan_keeps_its_fused_attention() -> None:
+    from labkit.advisor import refine
+
+    shape = model_shape("llama3-8b")
+    variants = refine.variants(shape, Layout(8, 1, 1, 2, 3, "op"), {})
+    assert all(v.attention == "fused" for v in variants)  # tp = pp = 1: nothing else to vary, so none
+    assert "explicit" in {v.attention for v in refine.variants(shape, Layout(8, 1, 1, 2, 3, "selective"), {})}
