@@ -18,7 +18,6 @@ IN_SAMPLE_MISSES = {
 HELD_OUT_MISSES = {
     "sc21-table2": "without the one-port choice fitted on it: 0.28-0.70",
     "h200-eager": "its two eager constants refitted on h200-gpu-check: 0.73-0.95",
-    "torchtitan-h100": "as in-sample",
 }
 
 

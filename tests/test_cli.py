@@ -93,7 +93,7 @@ BAD = [
     (["--model", "gpt2", "--tp", "5"], "tp must divide heads"),
     (["--model", "gpt2", "--gpu", "nosuchgpu"], "gpu must be one of"),
     (["--model", "nosuchmodel"], "model must be one of"),
-    (["--model", "gpt2", "--recompute", "bogus"], "recompute must be one of none, selective, full"),
+    (["--model", "gpt2", "--recompute", "bogus"], "recompute must be one of none, selective, full, op"),
     (["--model", "gpt2", "--precision", "bogus"], "precision must be one of"),
     (["--model", "gpt2", "--micro-batch", "0"], "micro_batch must be a positive integer"),
     (["--layers", "2", "--hidden", "64"], "--heads"),

@@ -114,7 +114,7 @@ BAD = [
                     "--first-stage-layers and --last-stage-layers (balanced: "),
     (["--zero", "4"], "zero must be one of 0, 1, 2, 3 (got 4)"),
     (["--zero", "-1"], "zero must be one of 0, 1, 2, 3"),
-    (["--recompute", "half"], "recompute must be one of none, selective, full (got 'half')"),
+    (["--recompute", "half"], "recompute must be one of none, selective, full, op (got 'half')"),
     (["--schedule", "zb"], "schedule must be one of 1f1b, gpipe, interleaved (got 'zb')"),
     (["--offload", "tape"], "offload must be one of none, dram, nvme (got 'tape')"),
     (["--precision", "fp4"], "precision must be one of bf16-mixed, fp32, fp8 (got 'fp4')"),

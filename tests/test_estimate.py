@@ -181,7 +181,7 @@ GPT2 = model_shape("gpt2")
     (lambda: TrainingSetup(GPT2, tp=5), "tp must divide heads"),
     (lambda: TrainingSetup(GPT2, zero_stage=4), "zero_stage must be one of 0, 1, 2, 3"),
     (lambda: TrainingSetup(GPT2, micro_batch=0), "micro_batch"),
-    (lambda: TrainingSetup(GPT2, recompute="some"), "recompute must be one of none, selective, full"),
+    (lambda: TrainingSetup(GPT2, recompute="some"), "recompute must be one of none, selective, full, op"),
     (lambda: TrainingSetup(GPT2, precision="fp8"), "precision must be one of"),
     (lambda: TrainingSetup(GPT2, sp=True), "sp"),
     (lambda: model_shape("gpt5"), "model must be one of"),

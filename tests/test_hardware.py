@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from labkit import hardware as hw
 from labkit.errors import LabkitError
 
-GPUS = ["V100-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H200", "RTX-4090"]
+GPUS = ["V100-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H100-HBM2e-96GB", "H200", "RTX-4090"]
 TIERS = ["DDR4-3200", "DDR5-4800", "NVMe-PCIe4", "NVMe-PCIe5", "HDD-7200rpm"]
 LINKS = ["pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "roce-400",
          "ethernet-100", "omnipath-100"]
@@ -336,6 +336,17 @@ def test_every_gpu_has_a_host_with_sourced_dram_and_drives(cat: hw.Catalogue) ->
     ws = cat.hosts_for("RTX-4090")[0]
     assert ws.kind == "workstation" and ws.gpu_slots == 1 and ws.network == "" and ws.nvme_drives == 1
     assert ws.dram_bandwidth(cat.tier(ws.dram)) == pytest.approx(2 * 38.4e9)  # two DDR5-4800 channels
+
+
+def test_grand_teton_holds_the_torchtitan_sources_facts(cat: hw.Catalogue) -> None:
+    # pytorch/torchtitan, benchmarks/llama3_h100_202412_torchtitan.md: 8 H100 per host on NVLink, 96 GB HBM2e at
+    # 2.4 TB/s, 400 Gb/s RDMA per GPU, 500 W; its peak between the H100 NVL's (835.5 bf16 dense) and the SXM's
+    part, host = cat.gpu("H100-HBM2e-96GB"), cat.host("grand-teton")
+    assert cat.hosts_for(part.name) == [host] and host.gpu_slots == host.nvlink_domain_gpus == 8
+    assert (part.memory_bytes, part.memory_bandwidth, part.tdp_watts) == (96e9, 2.4e12, 500)
+    sxm = cat.gpu("H100-SXM")
+    assert part.peak_flops["bf16"] == 835.5e12 < sxm.peak_flops["bf16"]
+    assert host.network_ports == 8 and cat.link(host.network).bandwidth * 8 == 400e9
 
 
 def test_a_users_host_loads(tmp_path: Path) -> None:

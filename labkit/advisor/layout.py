@@ -69,6 +69,9 @@ class Layout:
             raise LabkitError(f"cp must be 1 with explicit attention: context parallelism runs attention as a ring "
                               f"of fused blocks (Megatron-Core, in Transformer Engine's fused attention) (got "
                               f"cp={self.cp})")
+        if self.recompute == "op" and self.attention == "explicit":
+            raise LabkitError("recompute 'op' needs attention fused: torchtitan's op-level policy keeps the SDPA "
+                              "kernel's output (labkit.predict.op_recompute) (got attention explicit)")
 
     @property
     def gpus(self) -> int:

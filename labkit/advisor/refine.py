@@ -21,7 +21,8 @@ def variants(shape: ModelShape, lay: Layout, fixed: dict) -> list[Layout]:
     """``lay`` with the choices searched around the best plans (those the caller did not fix): the attention
     kernel, sequence parallelism (tp > 1) and the interleaved schedule with the fewest chunks that divide
     every stage (pp > 1). Each only adds memory to the defaults, so plans rejected for memory need none."""
-    atts = [lay.attention] if "attention" in fixed or lay.cp > 1 else list(attn.KINDS)  # the ring is fused
+    # the ring is fused, and so is torchtitan's op policy (it keeps the SDPA kernel's output)
+    atts = [lay.attention] if "attention" in fixed or lay.cp > 1 or lay.recompute == "op" else list(attn.KINDS)
     sps = [lay.sp] if "sp" in fixed or lay.tp == 1 else [True, False]
     scheds = [(lay.schedule, lay.chunks)]
     if lay.pp > 1 and not {"schedule", "chunks"} & set(fixed):

@@ -46,6 +46,8 @@ from labkit.predict.profiles import DEFAULT_FRAMEWORK
 from labkit.shapes import ModelShape, model_shape
 
 MICRO_BATCHES = (1, 2, 4, 8)
+# torchtitan's op-level policy ("op", labkit.predict.op_recompute) is priced when a layout names it, not searched
+SEARCHED_RECOMPUTE = tuple(r for r in RECOMPUTE if r != "op")
 SEARCHED = ("dp", "tp", "pp", "micro_batch", "zero_stage", "recompute", "offload", "precision", "optimizer_bits")
 # searched around the best plans (``variants``) unless the caller fixes them; the stage split only when given
 FIXED_ONLY = ("schedule", "chunks", "sp", "attention", "first_stage_layers", "last_stage_layers")
@@ -122,10 +124,11 @@ def cp_degrees(n_gpus: int, seq: int, fixed: dict) -> tuple[int, ...]:
     return tuple(c for c in CP_DEGREES if n_gpus % c == 0 and seq % (2 * c) == 0)
 
 
-def _options() -> list[tuple[int, str, str, str, int]]:
-    """(stage, recompute, offload, precision, bits), without the combinations no engine offers."""
+def _options(recompute: tuple[str, ...] = SEARCHED_RECOMPUTE) -> list[tuple[int, str, str, str, int]]:
+    """(stage, recompute, offload, precision, bits), without the combinations no engine offers; ``recompute``
+    the modes tried (``SEARCHED_RECOMPUTE``, or the one a caller fixed)."""
     out = []
-    for stage, rec, off, prec, bits in itertools.product(range(4), RECOMPUTE, OFFLOADS, costing.PLAN_PRECISIONS,
+    for stage, rec, off, prec, bits in itertools.product(range(4), recompute, OFFLOADS, costing.PLAN_PRECISIONS,
                                                          costing.OPTIMIZER_BITS):  # fp8 only when asked for
         if not option_problem(Layout(1, 1, 1, 1, stage, rec, off, prec, bits))[0]:
             out.append((stage, rec, off, prec, bits))
@@ -234,7 +237,8 @@ def advise(model: str | ModelShape, global_batch: int, gpu: str = "A100-80GB", g
     if all(k in fixed for k in ("dp", "tp", "pp")):
         exact = evaluate(shape, seq, global_batch, Layout(**{**kernels, **fixed}), mc, priced=True)
     kept, rejected = [], []
-    options = [o for o in _options() if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))
+    tried = (fixed["recompute"],) if fixed.get("recompute") in RECOMPUTE else SEARCHED_RECOMPUTE
+    options = [o for o in _options(tried) if all(fixed.get(k, v) == v for k, v in zip(SEARCHED[4:], o, strict=True))
                and (o[3] != "fp8" or fixed.get("precision") == "fp8")]
     sizes = (fixed["micro_batch"],) if "micro_batch" in fixed else MICRO_BATCHES
     for cp, (dp, tp, pp, b) in ((c, d) for c in cp_degrees(mc.cluster.n_gpus, seq, fixed)

@@ -69,7 +69,7 @@ def tp_seconds(shape, seq: int, lay, link: Link, e: int, hidden_behind_s: float 
     micro-batch's kernels, where the framework overlaps them: ``profiles``) only what exceeds it."""
     if lay.tp == 1:
         return 0.0
-    count = 4 + (2 if lay.recompute == "full" else 0)
+    count = 4 + (2 if lay.recompute in ("full", "op") else 0)  # op re-runs the all-gathers (op_recompute)
     comm = count * shape.layers / lay.pp * coll.all_reduce(e * lay.micro_batch * seq * shape.hidden, lay.tp, link)
     return max(0.0, comm - hidden_behind_s) if hidden_behind_s else comm
 
@@ -83,7 +83,7 @@ def cp_seconds(shape, seq: int, lay, link: Link, e: int, attention_s: float, pro
     hidden = attention_s / lay.cp if prof.overlap_cp else 0.0
     forward = (lay.cp - 1) * max(0.0, send - hidden)
     backward = (lay.cp - 1) * max(0.0, 2 * send - 2 * hidden)  # K, V and dK, dV; the backward's attention is 2x
-    again = forward if lay.recompute != "none" else 0.0
+    again = forward if lay.recompute in ("selective", "full") else 0.0  # op keeps the SDPA output
     return max(lay.stage_layers(shape.layers)) * (forward + backward + again)
 
 

@@ -25,11 +25,12 @@ from labkit.cli.finetune_args import add_finetune_flags
 from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, divisors, require_choice
 from labkit.predict.attention import attention_kind
+from labkit.predict.estimate import RECOMPUTE
 from labkit.predict.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
 from labkit.shapes import ModelShape
 
 LAYOUT_INTS = ("dp", "tp", "pp", "cp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")
-CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
+CHOICES = {"recompute": RECOMPUTE, "schedule": ("1f1b", "gpipe", "interleaved"),
            "offload": ("none", "dram", "nvme"), "precision": ("bf16-mixed", "fp32", "fp8"), "sp": ("on", "off")}
 
 
@@ -202,7 +203,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        ("last-stage-layers", "layers on the last pipeline stage (with --pp)")):
         adv.add_argument(f"--{flag}", dest=flag.replace("-", "_"), help=what)
     adv.add_argument("--zero", help="ZeRO stage: 0, 1, 2, 3")
-    adv.add_argument("--recompute", help="none, selective, full")
+    adv.add_argument("--recompute", help="none, selective, full, op (torchtitan's op-level selective)")
     adv.add_argument("--schedule", help="pipeline schedule: 1f1b, gpipe, interleaved")
     adv.add_argument("--offload", help="none, dram (ZeRO-Offload), nvme (ZeRO-Infinity)")
     adv.add_argument("--precision", help="bf16-mixed, fp32 (GEMMs at TF32 where the GPU has it), fp8 (GEMMs at the "

@@ -47,8 +47,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, require_choice
 from labkit.hardware import Device, roofline_time
+from labkit.predict import op_recompute
 from labkit.shapes import ModelShape
 
 GEMM_EFFICIENCY = 0.80
@@ -137,7 +138,24 @@ def logits_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: 
                         4 if dtype == "fp32" else 2, efficiency=gemm_efficiency)
 
 
-RECOMPUTE_AGAIN = ("none", "selective", "full")
+def op_again_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str,
+                     lt: LayerTimes, gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "",
+                     cp: int = 1, sp: bool = False) -> float:
+    """One layer's re-run under torchtitan's op-level policy (``labkit.predict.op_recompute``): its re-run
+    matmuls (wk, wo, w3 of a Llama block) priced as the layer's GEMMs are, the bytes of its re-run element-wise
+    kernels (``op_recompute.rerun_elementwise_bytes``, the uncompiled block's) at ``HBM_EFFICIENCY``, and the
+    layer's launches (the whole block is replayed through the dispatcher; the saved ops answer from the cache)."""
+    gd = gemm_dtype or dtype
+    ge = 1 if gd == "fp8" else (4 if dtype == "fp32" else 2)
+    rows = micro_batch * seq / cp
+    gemm = sum(gemm_seconds(m, n, k, dev, gd, ge, efficiency=gemm_efficiency)
+               for _, m, n, k in op_recompute.rerun_matmuls(shape, rows, tp))
+    e = 4 if dtype == "fp32" else 2
+    rerun = op_recompute.rerun_elementwise_bytes(shape, rows, e, tp, sp)
+    return gemm + stream_seconds(rerun, dev) + lt.launch
+
+
+RECOMPUTE_AGAIN = ("none", "selective", "full", "op")
 
 
 def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: int, dev: Device, dtype: str = "bf16",
@@ -146,13 +164,16 @@ def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: in
                   gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True,
                   gemm_dtype: str = "", cp: int = 1) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
-    the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022).
+    the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022; every
+    second matmul and the element-wise kernels under torchtitan's op policy, :func:`op_again_seconds`).
     ``layers`` is that stage's layer count (default: an even split, layers / pp); ``logits`` whether it holds
     the output layer (the last stage does); ``cp`` the context-parallel GPUs sharing the sequence."""
     lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype, cp)
     per_stage = shape.layers / pp if layers is None else layers
     head = "tf32" if gemm_dtype == "tf32" else ""  # the output layer stays in 16 bits under fp8 (Transformer Engine)
     logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency, cp, head) if logits else 0.0
-    again = {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute]
+    require_choice("recompute", recompute, RECOMPUTE_AGAIN)
+    again = (op_again_seconds(shape, seq, micro_batch, tp, dev, dtype, lt, gemm_efficiency, gemm_dtype, cp, sp)
+             if recompute == "op" else {"none": 0.0, "selective": lt.attention, "full": lt.forward}[recompute])
     return {"forward": per_stage * lt.forward + logits, "backward": per_stage * lt.backward + 2 * logits,
             "recompute": per_stage * again}

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from labkit.errors import LabkitError, require_choice, require_divides, require_finite, require_positive
 from labkit.predict import attention as attn
+from labkit.predict import op_recompute
 from labkit.predict.allocator import reserve_share
 from labkit.predict.bytes_per_param import FP32, GRAD16, MASTER, MOMENTS, WEIGHT16
 from labkit.predict.step_peak import StepShape, step_peak
@@ -46,7 +47,7 @@ PRECISIONS = {  # read from labkit.predict.bytes_per_param
     "bf16-mixed": Precision(WEIGHT16, GRAD16, MASTER + MOMENTS, 2),  # + fp32 master weights: K = 12 (ZeRO, sec. 3)
     "fp16-mixed": Precision(WEIGHT16, GRAD16, MASTER + MOMENTS, 2),
 }
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")  # op: torchtitan's policy (labkit.predict.op_recompute)
 ATTENTION = ("explicit", "fused")  # any spelling of ``labkit.predict.attention`` is accepted, one name kept
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -81,7 +82,7 @@ def activation_bytes_per_layer(
 
     With e = 2, m = 1: none 34sbh + 5as^2b; tensor parallel sbh(10 + 24/t + 5as/(ht));
     + sequence parallel sbh(34/t + 5as/(ht)); selective drops the s^2 term; full keeps 2sbh
-    (divided by t under sequence parallelism).
+    (divided by t under sequence parallelism); op, torchtitan's policy, what ``op_recompute`` says it keeps.
     """
     require_choice("recompute", recompute, RECOMPUTE)
     attention = attn.attention_kind(attention)
@@ -91,6 +92,8 @@ def activation_bytes_per_layer(
     sbh = s * b * h
     if recompute == "full":
         return e * sbh / (tp if sp else 1)
+    if recompute == "op":
+        return op_recompute.saved_bytes_per_layer(shape, s, b, e, tp, sp, attention)
     f, kv = shape.ffn_size / h, shape.kv_hidden / h
     replicated = sbh * (4 * e + 2 * m)  # two norm inputs, QKV and MLP inputs, two masks
     split = sbh * e * (2 + 2 * kv + (4 if shape.gated else 2) * f)  # Q K V, proj input, MLP inner
@@ -262,10 +265,12 @@ def training_flops(shape: ModelShape, seq: int, micro_batch: int, recompute: str
     "selective" counts Korthikanti et al.'s re-run of the attention core's forward, Q K^T and the
     product with V, 4bs^2h a layer; torch's non-reentrant checkpoint with early stop repeats only
     Q K^T, half of it (``labkit.reduction.tradeoffs.selective_extra_flops``). "full": every layer's forward.
+    "op": torchtitan's op-level policy, every second matmul of each layer (``op_recompute``).
     """
     require_choice("recompute", recompute, RECOMPUTE)
     fwd = forward_flops(shape, seq, micro_batch)
     layers_fwd = fwd - 2 * seq * micro_batch * shape.hidden * shape.vocab
     extra = {"none": 0.0, "selective": shape.layers * 4 * micro_batch * seq * seq * shape.hidden,
-             "full": layers_fwd}[recompute]
+             "full": layers_fwd, "op": shape.layers * op_recompute.extra_flops_per_layer(shape, seq, micro_batch)
+             }[recompute]
     return 3 * fwd + extra
