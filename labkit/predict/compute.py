@@ -37,8 +37,9 @@ alone, from the shapes, so that the bubble and the collectives (``steptime``) ca
   microseconds): it only shows at tiny shapes. A framework that issues its ops from Python (eager
   PyTorch) also spends host time on each op, ``dispatch_s`` (the Python call, the dispatcher, autograd's
   bookkeeping and the launch call), and that time overlaps the GPU's: CUDA kernels are queued
-  asynchronously, so the host enqueues the next ops while the GPU runs earlier ones (PyTorch's CUDA
-  semantics, "Asynchronous execution"). A layer's pass then takes the slower of the two, the GPU's
+  asynchronously: a launch returns before the kernel runs, so the host enqueues the next ops while
+  the GPU runs earlier ones (CUDA Programming Guide, section 2.3, "Asynchronous Execution"; PyTorch's
+  CUDA semantics note, "Asynchronous execution"). A layer's pass then takes the slower of the two, the GPU's
   kernels with their gaps or the host's dispatch of its ops (``LayerTimes``), not their sum: a large
   shape is GPU-bound and its dispatch hidden, a small one is host-bound (the GPU waits for work).
   The overlap is taken per layer and pass, which for identical layers is the same as per pass: the

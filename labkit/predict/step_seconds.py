@@ -6,7 +6,12 @@ with the profile's launches per layer and GEMM share (``labkit.predict.profiles`
 profile adds (``profiles.extra_seconds``: unfused fp32 passes, the fp32 cross-entropy, the embedding's
 scatter-add backward), the same function the advisor's ``steptime.framework_seconds`` uses. The
 optimizer step is the implementation's bytes per parameter at memory bandwidth
-(``profiles.optimizer_seconds``), or a calibration's measured seconds per parameter. The default
+(``profiles.optimizer_seconds``), or a calibration's measured seconds per parameter. The host's dispatch
+overlaps the layers' kernels (``compute.LayerTimes``); the optimizer's is not priced: fused AdamW is one
+kernel, and the lab's single-tensor loop issues about ten ops per parameter tensor, whose host time (at the
+9.4 us one bare op took on the H200 of ``datasets/measurements/h200-gpu-check-2026-12.jsonl``) exceeds its
+bytes mostly on the small tensors (norms, K and V): about 8 ms of TinyLlama's step, which that set's
+measured TinyLlama row, already below the prediction, does not show. The default
 profile is ``eager``: ``labkit measure``, ``tools/gpu_check.sh`` and ``labkit bench`` run eager PyTorch.
 The device is the catalogue's (the datasheet) or a calibrated one (``labkit.hardware.calibration``),
 whose measured launch cost replaces the profile's.
