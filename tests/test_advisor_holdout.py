@@ -12,12 +12,13 @@ from labkit.predict import profiles
 
 IN_SAMPLE_MISSES = {
     "sc21-table2": "ZeRO-3 rows 0.93-1.24: DeepSpeed's per-micro-batch gathers",
-    "h200-gpu-check": "1.04-1.24 (nothing fitted on it): the additive launch term does not scale with tokens",
+    "h200-gpu-check": "0.96-1.16 (nothing fitted on it): tinyllama-1.1b 4x1024 is 1.16; measured less its priced "
+                      "optimizer it is 84 ms, 0.49 of h200-eager's 4x2048 (173 ms) for half the tokens: no per-step "
+                      "cost is left for the fit on h200-eager to price",
     **rs.OPEN,
 }
 HELD_OUT_MISSES = {
     "sc21-table2": "without the one-port choice fitted on it: 0.28-0.70",
-    "h200-eager": "its two eager constants refitted on h200-gpu-check: 0.73-0.95",
 }
 
 

@@ -80,7 +80,8 @@ def lines(prof: Profile, given: dict | None = None, overrides: dict | None = Non
 
     out = [f"attention {given.get('attention', prof.attention)} (--attention; {who('attention')})",
            f"sequence parallelism {flag(bool(given.get('sp', prof.sp)))} with tp > 1 (--sp; {who('sp')})",
-           f"kernels per layer {prof.kernels_per_layer} x {prof.launch_s * 1e6:g} us launch ({prof.label})"]
+           f"kernels per layer {prof.kernels_per_layer} x {prof.launch_s * 1e6:g} us launch ({prof.label})"
+           + (f", {prof.dispatch_s * 1e6:g} us host dispatch each, overlapping them" if prof.dispatch_s else "")]
     for field, (name, what) in OVERRIDES.items():
         value = getattr(prof, field)
         shown = f"{value:.2f}" if field == "gemm_efficiency" else flag(not value if field == "grad_accum_bytes"

@@ -87,7 +87,8 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     counts, flash, s_local = lay.stage_layers(shape.layers), lay.attention == "fused", seq / lay.cp
     k = max((compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
                                    flash, lay.recompute, prof.launch_per_layer_s, n,
-                                   prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm, cp=lay.cp)
+                                   prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm, cp=lay.cp,
+                                   dispatch_s=prof.dispatch_per_layer_s, unfused_passes=prof.bsh_passes)
              for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
     stage_params = shape.params * max(counts) / shape.layers / lay.tp  # ZeRO-2/3 accumulate only their shard
     stage_params /= lay.dp * lay.cp if lay.zero_stage >= 2 else 1

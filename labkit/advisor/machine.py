@@ -103,14 +103,15 @@ def machine(gpu: str, gpus: int, gpus_per_node: int | None = None, inter_node: s
     ``ssd``, ``inter_node`` (a network link of the catalogue) and ``network_ports`` (ports per host)
     override the host's own tiers and network; ``framework`` names the software profile (``profiles``).
     ``calibration`` (a ``labkit.hardware.calibration.Calibration``, measured on the machine) replaces the
-    catalogue device by ``calibration.device(device)`` and the profile's launch cost by ``calibration.launch_s``.
+    catalogue device by ``calibration.device(device)`` and the profile's host dispatch (or launch) by
+    ``calibration.launch_s`` (``Profile.measured_launch``).
     ``overrides`` changes single assumptions of the profile (``assumptions.OVERRIDES``).
     """
     from labkit.advisor import assumptions
 
     prof = assumptions.apply(profile(framework), overrides)
     if calibration is not None:
-        prof = replace(prof, launch_s=float(calibration.launch_s))
+        prof = prof.measured_launch(calibration.launch_s)
     require_positive("gpus", gpus)
     if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
         raise LabkitError(f"headroom must be a fraction in [0, 1) of GPU memory kept free (got {headroom!r})")

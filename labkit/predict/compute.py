@@ -33,8 +33,21 @@ alone, from the shapes, so that the bubble and the collectives (``steptime``) ca
   ways (Korthikanti et al. 2022, section 4.2.2);
 * backward does twice the forward's GEMM FLOPs and moves about twice its bytes (the weight- and
   input-gradient GEMMs, and the element-wise ops' gradients read saved inputs as well);
-* each kernel launch costs ``LAUNCH_S`` = 4 us, an assumption (a launch costs microseconds): it
-  only shows at tiny shapes;
+* each kernel costs the GPU ``LAUNCH_S`` = 4 us beyond its work, an assumption (a launch costs
+  microseconds): it only shows at tiny shapes. A framework that issues its ops from Python (eager
+  PyTorch) also spends host time on each op, ``dispatch_s`` (the Python call, the dispatcher, autograd's
+  bookkeeping and the launch call), and that time overlaps the GPU's: CUDA kernels are queued
+  asynchronously: a launch returns before the kernel runs, so the host enqueues the next ops while
+  the GPU runs earlier ones (CUDA Programming Guide, section 2.3, "Asynchronous Execution"; PyTorch's
+  CUDA semantics note, "Asynchronous execution"). A layer's pass then takes the slower of the two, the GPU's
+  kernels with their gaps or the host's dispatch of its ops (``LayerTimes``), not their sum: a large
+  shape is GPU-bound and its dispatch hidden, a small one is host-bound (the GPU waits for work).
+  The overlap is taken per layer and pass, which for identical layers is the same as per pass: the
+  host can run ahead of the GPU (up to the launch queue's depth) but never catch up time the GPU spent
+  waiting, so a host-bound forward is not made up in a GPU-bound backward; the lead a GPU-bound pass
+  builds is left out (a small overestimate). One dispatch figure per op and pass: the backward's ops
+  run from autograd's C++ engine, without the forward's Python, but each linear issues two GEMMs there,
+  and neither is measured here to tell them apart;
 * context parallelism over ``cp`` GPUs (Megatron-Core's context parallelism; Liu et al., "Ring
   Attention", 2023) gives each GPU s/cp of the sequence: its GEMMs and element-wise kernels run on
   b s/cp rows, and its attention on s/cp queries against all s keys (the K/V blocks come round the
@@ -62,20 +75,35 @@ BACKWARD_FACTOR = 2.0  # backward = 2 x forward FLOPs (Narayanan et al. 2021, ap
 
 @dataclass(frozen=True)
 class LayerTimes:
-    """Seconds of one layer's forward on one GPU for one micro-batch, by kind of kernel."""
+    """Seconds of one layer's forward on one GPU for one micro-batch, by kind of kernel; ``launch`` the GPU's gaps
+    between its kernels, ``dispatch`` the host's seconds to issue one pass of its ops (0: no host term), which
+    overlap the GPU's (module text): each pass takes the slower of the two."""
 
     gemm: float
     attention: float
     elementwise: float
     launch: float
+    dispatch: float = 0.0
+    unfused: float = 0.0  # GPU seconds of the framework's extra passes, forward + backward (``profiles.extra_seconds``)
+
+    @property
+    def kernels(self) -> float:
+        """The GPU's seconds of the forward: its kernels and the gaps between them."""
+        return self.gemm + self.attention + self.elementwise + self.launch
+
+    def _overlap(self, gpu: float, share: float) -> float:
+        """The slower of a pass's GPU work (its share of the extra passes included) and its dispatch, less that
+        share, which ``profiles.extra_seconds`` adds."""
+        return max(gpu, self.dispatch - share * self.unfused)
 
     @property
     def forward(self) -> float:
-        return self.gemm + self.attention + self.elementwise + self.launch
+        return self._overlap(self.kernels, 1 / (1 + BACKWARD_FACTOR))
 
     @property
     def backward(self) -> float:
-        return BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + self.launch
+        gpu = BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + self.launch
+        return self._overlap(gpu, BACKWARD_FACTOR / (1 + BACKWARD_FACTOR))
 
 
 def kernel_seconds(flops: float, nbytes: float, dev: Device, dtype: str = "bf16",
@@ -99,12 +127,14 @@ def stream_seconds(nbytes: float, dev: Device) -> float:
 @lru_cache(maxsize=4096)
 def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
                 sp: bool = False, flash: bool = False, launch_s: float = KERNELS_PER_LAYER * LAUNCH_S,
-                gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "", cp: int = 1) -> LayerTimes:
+                gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "", cp: int = 1,
+                dispatch_s: float = 0.0, unfused_passes: float = 0.0) -> LayerTimes:
     """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
-    ``launch_s`` (the layer's launch and dispatch seconds) and ``gemm_efficiency`` (the share of the dense
-    peak its GEMMs reach) are a framework's (``labkit.predict.profiles``); ``gemm_dtype`` the GEMMs' rate (fp8,
-    tf32; default ``dtype``), with 1-byte operands at fp8; ``cp`` the context-parallel GPUs sharing the sequence
-    (fused attention only)."""
+    ``launch_s`` (the GPU's launch gaps of the layer's kernels, added to them), ``dispatch_s`` (the host's
+    seconds to issue the layer's ops in one pass, overlapping them) and ``gemm_efficiency`` (the share of the
+    dense peak its GEMMs reach) are a framework's (``labkit.predict.profiles``); ``gemm_dtype`` the GEMMs' rate
+    (fp8, tf32; default ``dtype``), with 1-byte operands at fp8; ``cp`` the context-parallel GPUs sharing the
+    sequence (fused attention only)."""
     g, gd = gemm_efficiency, gemm_dtype or dtype
     ge = 1 if gd == "fp8" else (4 if dtype == "fp32" else 2)
     e = 4 if dtype == "fp32" else 2
@@ -125,7 +155,8 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
         attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
     wide = rows * h / (t if sp and t > 1 else 1)  # b s h tensors: whole on every rank without sequence parallelism
     elementwise = stream_seconds(wide * (2 * 2 * e + 2 * (3 * e + 1)) + rows * ffn / t * 2 * e, dev)
-    return LayerTimes(gemm, attention, elementwise, launch_s)
+    unfused = stream_seconds(unfused_passes * 4 * wide, dev) if dispatch_s else 0.0
+    return LayerTimes(gemm, attention, elementwise, launch_s, dispatch_s, unfused)
 
 
 @lru_cache(maxsize=1024)
@@ -162,13 +193,17 @@ def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: in
                   sp: bool = False, flash: bool = False, recompute: str = "none",
                   launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
                   gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True,
-                  gemm_dtype: str = "", cp: int = 1) -> dict[str, float]:
+                  gemm_dtype: str = "", cp: int = 1, dispatch_s: float = 0.0,
+                  unfused_passes: float = 0.0) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
     the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022; every
     second matmul and the element-wise kernels under torchtitan's op policy, :func:`op_again_seconds`).
     ``layers`` is that stage's layer count (default: an even split, layers / pp); ``logits`` whether it holds
-    the output layer (the last stage does); ``cp`` the context-parallel GPUs sharing the sequence."""
-    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype, cp)
+    the output layer (the last stage does); ``cp`` the context-parallel GPUs sharing the sequence;
+    ``dispatch_s`` the host's seconds per layer and pass and ``unfused_passes`` the framework's extra fp32 passes
+    over b s h per layer (``layer_times``)."""
+    lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype, cp,
+                     dispatch_s, unfused_passes)
     per_stage = shape.layers / pp if layers is None else layers
     head = "tf32" if gemm_dtype == "tf32" else ""  # the output layer stays in 16 bits under fp8 (Transformer Engine)
     logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency, cp, head) if logits else 0.0

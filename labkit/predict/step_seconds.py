@@ -6,7 +6,12 @@ with the profile's launches per layer and GEMM share (``labkit.predict.profiles`
 profile adds (``profiles.extra_seconds``: unfused fp32 passes, the fp32 cross-entropy, the embedding's
 scatter-add backward), the same function the advisor's ``steptime.framework_seconds`` uses. The
 optimizer step is the implementation's bytes per parameter at memory bandwidth
-(``profiles.optimizer_seconds``), or a calibration's measured seconds per parameter. The default
+(``profiles.optimizer_seconds``), or a calibration's measured seconds per parameter. The host's dispatch
+overlaps the layers' kernels (``compute.LayerTimes``); the optimizer's is not priced: fused AdamW is one
+kernel, and the lab's single-tensor loop issues about ten ops per parameter tensor, whose host time (at the
+9.4 us one bare op took on the H200 of ``datasets/measurements/h200-gpu-check-2026-12.jsonl``) exceeds its
+bytes mostly on the small tensors (norms, K and V): about 8 ms of TinyLlama's step, which that set's
+measured TinyLlama row, already below the prediction, does not show. The default
 profile is ``eager``: ``labkit measure``, ``tools/gpu_check.sh`` and ``labkit bench`` run eager PyTorch.
 The device is the catalogue's (the datasheet) or a calibrated one (``labkit.hardware.calibration``),
 whose measured launch cost replaces the profile's.
@@ -45,18 +50,23 @@ def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype:
                  attention: str = "fused", launch_s: float | None = None,
                  adamw_s_per_param: float | None = None, framework: str = DEFAULT_PROFILE,
                  optimizer: str = "lab", master_weights: bool = False,
-                 loss_s_per_logit: float | None = None) -> dict[str, float]:
+                 loss_s_per_logit: float | None = None, overlapped: bool = True) -> dict[str, float]:
     """Seconds of forward, backward (with the profile's extra passes) and the optimizer step of one micro-batch
     on ``device``, and their sum. ``attention`` takes any spelling (``predict.attention``); ``launch_s`` (one
-    op's measured dispatch and launch) replaces the profile's;
+    op's measured dispatch and launch) replaces the profile's (``Profile.measured_launch``); ``overlapped``
+    whether the host's dispatch overlaps the kernels (``compute.LayerTimes``: a GPU's asynchronous queue), False
+    on a CPU, whose cores run the ops they dispatch, so each op's host cost adds to its kernel;
     ``optimizer`` is the AdamW implementation (``profiles.OPTIMIZER_IMPLEMENTATIONS``; the lab's single-tensor
     one by default), ``master_weights`` the lab's fp32 master copies under bf16-mixed; ``loss_s_per_logit`` a
     calibration's measured cross-entropy."""
     prof = profile(framework)
     if launch_s is not None:
-        prof = replace(prof, launch_s=launch_s)
+        prof = prof.measured_launch(launch_s)
+    if not overlapped:
+        prof = replace(prof, launch_s=prof.dispatch_s or prof.launch_s, dispatch_s=0.0)
     st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention_kind(attention) == "fused",
-                       launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency)
+                       launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency,
+                       dispatch_s=prof.dispatch_per_layer_s, unfused_passes=prof.bsh_passes)
     extra = extra_seconds(shape, seq, batch, 1, 1, device, prof, loss_s_per_logit=loss_s_per_logit)
     out = {"forward": st["forward"], "backward": st["backward"] + extra,
            "optimizer": optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)}
@@ -78,4 +88,4 @@ def calibrated_step_seconds(shape: ModelShape, seq: int, batch: int, base: Devic
     dev = calibration.device_for(base, gemms) if base is not None else calibration.host_device(gemms=gemms)
     return step_seconds(shape, seq, batch, dev, dtype or calibration.dtype, attention, calibration.launch_s,
                         calibration.adamw_s_per_param, master_weights=master_weights,
-                        loss_s_per_logit=calibration.loss_s_per_logit)["total"]
+                        loss_s_per_logit=calibration.loss_s_per_logit, overlapped=base is not None)["total"]

@@ -1,0 +1,83 @@
+"""Issue 29: eager PyTorch's host dispatch overlaps the GPU's kernels (``compute.LayerTimes``): a pass takes the slower
+of the two, so a small shape is host-bound and a large one GPU-bound, and profiles without a host term are unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit import hardware
+from labkit.predict import compute, profiles
+from labkit.predict.step_seconds import step_seconds
+from labkit.shapes import model_shape
+from labkit.shapes.hf_config import shape_from_hf_config
+
+H200 = hardware.gpu("H200")
+EAGER = profiles.profile("eager")
+TINYLLAMA = shape_from_hf_config("tinyllama-1.1b")
+
+
+def _eager_layer(seq: int, batch: int, unfused: float = 0.0) -> compute.LayerTimes:
+    return compute.layer_times(TINYLLAMA, seq, batch, 1, H200, "bf16", False, True, EAGER.launch_per_layer_s,
+                               dispatch_s=EAGER.dispatch_per_layer_s, unfused_passes=unfused)
+
+
+def test_a_dispatch_bound_shape_takes_the_hosts_time() -> None:
+    lt = _eager_layer(16, 1)  # 16 tokens: microseconds of kernels against 70 ops x 20 us of dispatch
+    assert lt.dispatch == pytest.approx(70 * 20e-6) and lt.kernels < lt.dispatch / 2
+    assert lt.forward == lt.dispatch and lt.backward == lt.dispatch
+
+
+def test_a_compute_bound_shape_takes_the_kernels_time_with_their_launch_gaps() -> None:
+    lt = _eager_layer(4096, 8)
+    assert lt.launch == pytest.approx(70 * compute.LAUNCH_S) and lt.kernels > 2 * lt.dispatch
+    assert lt.forward == lt.gemm + lt.attention + lt.elementwise + lt.launch
+    assert lt.backward == compute.BACKWARD_FACTOR * (lt.gemm + lt.attention + lt.elementwise) + lt.launch
+
+
+def test_the_profiles_extra_passes_are_gpu_work_the_dispatch_overlaps() -> None:
+    """With the unfused passes, each pass is max(GPU incl. its share of them, dispatch), less the share (which
+    ``profiles.extra_seconds`` adds): forward + backward + the passes = the two maxima."""
+    seq, batch, passes = 1024, 4, 270.0
+    lt = _eager_layer(seq, batch, passes)
+    unfused = compute.stream_seconds(passes * 4 * seq * batch * TINYLLAMA.hidden, H200)
+    assert lt.unfused == pytest.approx(unfused)
+    backward_gpu = compute.BACKWARD_FACTOR * (lt.gemm + lt.attention + lt.elementwise) + lt.launch
+    assert lt.forward + lt.backward + unfused == pytest.approx(
+        max(lt.kernels + unfused / 3, lt.dispatch) + max(backward_gpu + 2 * unfused / 3, lt.dispatch))
+    assert lt.forward + lt.backward < _eager_layer(seq, batch).forward + _eager_layer(seq, batch).backward
+
+
+@pytest.mark.parametrize("name", ["megatron-2021", "megatron-te", "fsdp"])
+def test_profiles_without_a_host_term_price_a_layer_as_before(name: str) -> None:
+    prof = profiles.profile(name)
+    assert prof.dispatch_s == 0.0 and prof.launch_s == compute.LAUNCH_S
+    shape = model_shape("gpt3-175b") if name == "megatron-2021" else TINYLLAMA
+    for seq, batch in ((16, 1), (2048, 4)):
+        lt = compute.layer_times(shape, seq, batch, 1, H200, "bf16", False, True, prof.launch_per_layer_s,
+                                 prof.gemm_efficiency, dispatch_s=prof.dispatch_per_layer_s,
+                                 unfused_passes=prof.bsh_passes)
+        kernels = lt.gemm + lt.attention + lt.elementwise
+        assert lt.forward == kernels + prof.launch_per_layer_s  # the sum, however small the shape
+        assert lt.backward == compute.BACKWARD_FACTOR * kernels + prof.launch_per_layer_s
+
+
+def test_a_calibrations_launch_replaces_the_dispatch_where_there_is_one() -> None:
+    assert EAGER.measured_launch(9e-6).dispatch_s == 9e-6 and EAGER.measured_launch(9e-6).launch_s == EAGER.launch_s
+    megatron = profiles.profile("megatron-te").measured_launch(9e-6)
+    assert megatron.launch_s == 9e-6 and megatron.dispatch_s == 0.0
+
+
+def test_on_a_cpu_the_dispatch_adds_to_the_kernels() -> None:
+    """A CPU runs the ops it dispatches: no queue to hide the host's time in (``overlapped=False``)."""
+    seq, batch = 16, 1
+    queued = step_seconds(TINYLLAMA, seq, batch, H200, launch_s=30e-6)
+    serial = step_seconds(TINYLLAMA, seq, batch, H200, launch_s=30e-6, overlapped=False)
+    lt = compute.layer_times(TINYLLAMA, seq, batch, 1, H200, "bf16", False, True, 70 * 30e-6,
+                             EAGER.gemm_efficiency)
+    logits = compute.logits_seconds(TINYLLAMA, seq, batch, 1, H200, "bf16", EAGER.gemm_efficiency)
+    assert serial["forward"] == pytest.approx(TINYLLAMA.layers * lt.forward + logits)
+    host = compute.layer_times(TINYLLAMA, seq, batch, 1, H200, "bf16", False, True, EAGER.launch_per_layer_s,
+                               EAGER.gemm_efficiency, dispatch_s=70 * 30e-6, unfused_passes=EAGER.bsh_passes)
+    assert host.forward == pytest.approx(host.dispatch - host.unfused / 3)  # host-bound: the passes hide in it
+    assert queued["forward"] == pytest.approx(TINYLLAMA.layers * host.forward + logits)
+    assert serial["forward"] > queued["forward"]
