@@ -35,7 +35,8 @@ CASES = [
     (("advise", "--model", "llama2-7b", "--batch", "64", "--gpu", "H100-SXM", "--gpus", "40", "--gpus-per-node",
       "8", "--dp", "1", "--tp", "8"), ["--pp", "5"], "pp must divide the 32 layers (one of 1, 2, 4, 8, 16, 32)"),
     # framework
-    (LLAMA, ["--framework", "deepspeed"], "framework must be one of megatron-2021, megatron-te, fsdp, eager"),
+    (LLAMA, ["--framework", "deepspeed"],
+     "framework must be one of megatron-2021, megatron-te, fsdp, eager, deepspeed-2021"),
     (LLAMA, ["--framework", ""], "framework must be one of megatron-2021"),
     (LLAMA, ["--framework", "FSDP2"], "framework must be one of"),
     # network

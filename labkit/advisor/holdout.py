@@ -38,7 +38,10 @@ FITTED = (
     Fitted("fsdp", "bsh_passes", 0.0, "llm-foundry-h100", (0.0, 10.0, 20.0, 30.0)),
     Fitted("eager", "bsh_passes", 0.0, "h200-eager", (0.0, 20.0, 35.0, 60.0)),
     Fitted("eager", "kernels_per_layer", compute.KERNELS_PER_LAYER, "h200-eager", (24, 40, 70, 90)),
-    Fitted("megatron-2021", "aggregate_ports", True, "sc21-table2", (True, False)),
+    # deepspeed-2021 (profiles): one port per GPU, and half the prefetched gathers exposed (the value fsdp's own
+    # fit on llm-foundry-h100 reached independently); the reuse distance is DeepSpeed's documented default
+    Fitted("deepspeed-2021", "aggregate_ports", True, "sc21-table2", (True, False)),
+    Fitted("deepspeed-2021", "exposed_share", 0.0, "sc21-table2", (0.0, 0.25, 0.5, 0.75)),
 )
 
 
