@@ -35,7 +35,8 @@ CASES = [
     (("advise", "--model", "llama2-7b", "--batch", "64", "--gpu", "H100-SXM", "--gpus", "40", "--gpus-per-node",
       "8", "--dp", "1", "--tp", "8"), ["--pp", "5"], "pp must divide the 32 layers (one of 1, 2, 4, 8, 16, 32)"),
     # framework
-    (LLAMA, ["--framework", "deepspeed"], "framework must be one of megatron-2021, megatron-te, fsdp, eager"),
+    (LLAMA, ["--framework", "deepspeed"],
+     "framework must be one of megatron-2021, megatron-te, fsdp, eager, deepspeed-2021"),
     (LLAMA, ["--framework", ""], "framework must be one of megatron-2021"),
     (LLAMA, ["--framework", "FSDP2"], "framework must be one of"),
     # network
@@ -58,7 +59,7 @@ CASES = [
     (LLAMA, ["--precision", "FP8"], "precision must be one of bf16-mixed, fp32, fp8"),
     (("advise", "--model", "llama2-7b", "--batch", "64", "--gpu", "A100-80GB", "--gpus", "8", "--dp", "8", "--tp",
       "1", "--pp", "1", "--zero", "3"), ["--precision", "fp8"],
-     "precision fp8 needs a GPU with FP8 tensor cores: one of H100-SXM, H200 (got A100-80GB)"),
+     "precision fp8 needs a GPU with FP8 tensor cores: one of H100-SXM, H100-HBM2e-96GB, H200 (got A100-80GB)"),
     (("advise", "--model", "gpt2", "--batch", "8", "--gpu", "V100-32GB", "--gpus", "1", "--dp", "1", "--tp", "1",
       "--pp", "1"), ["--precision", "fp8"], "precision fp8 needs a GPU with FP8 tensor cores"),
     # attention

@@ -12,6 +12,7 @@ inventing a new profile; the attention kernel and sequence parallelism are layou
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from labkit.errors import LabkitError
@@ -27,8 +28,18 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     "overlap_tp": ("tp-comm-overlap", "tensor-parallel collectives overlapped with the GEMMs"),
     "aggregate_ports": ("network-aggregation", "a data-parallel ring spanning hosts uses every port of a host"),
     "gemm_efficiency": ("gemm-efficiency", "share of the dense peak the GEMMs reach"),
+    "exposed_share": ("exposed-share", "share of prefetched ZeRO-3/FSDP traffic that stays exposed"),
+    "reuse_distance": ("reuse-distance", "parameters within which ZeRO-3 keeps a gathered module for its next use "
+                                         "(DeepSpeed's stage3_max_reuse_distance; inf: kept from the recomputed "
+                                         "forward to the backward)"),
 }
 FLAGS = {flag: field for field, (flag, _) in OVERRIDES.items()}
+# the values a numeric override takes (the others are on, off): (what the help says, lowest, highest); only the
+# exposed share may be the lowest itself
+NUMERIC = {"gemm_efficiency": ("a share of the peak in (0, 1]", 0.0, 1.0),
+           "exposed_share": ("a share in [0, 1]", 0.0, 1.0),
+           "reuse_distance": ("a number of parameters > 0, or inf", 0.0, float("inf"))}
+KIND = {field: text for field, (text, _, _) in NUMERIC.items()}
 
 
 def _on(field: str, value: object) -> bool:
@@ -41,18 +52,20 @@ def _on(field: str, value: object) -> bool:
 
 
 def apply(prof: Profile, overrides: dict[str, object] | None) -> Profile:
-    """``prof`` with the user's overrides (Profile field -> "on"/"off", or a number for ``gemm_efficiency``)."""
+    """``prof`` with the user's overrides (Profile field -> "on"/"off", or a number for the ``NUMERIC`` fields)."""
     changes: dict[str, object] = {}
     for field, value in (overrides or {}).items():
         if field not in OVERRIDES:
             raise LabkitError(f"override must be one of {', '.join(OVERRIDES)} (got {field!r})")
-        if field == "gemm_efficiency":
+        if field in NUMERIC:
+            text, low, high = NUMERIC[field]
             try:
                 x = float(value)  # type: ignore[arg-type]
             except (TypeError, ValueError):
-                x = -1.0
-            if not 0 < x <= 1:
-                raise LabkitError(f"gemm_efficiency must be a share of the peak in (0, 1] (got {value!r})")
+                x = math.nan
+            ok = low <= x <= high and (x > low or field == "exposed_share")
+            if not ok:
+                raise LabkitError(f"{field} must be {text} (got {value!r})")
             changes[field] = x
         elif field == "grad_accum_bytes":
             changes[field] = 0.0 if _on(field, value) else float(GRAD_ACCUM_BYTES)
@@ -84,7 +97,9 @@ def lines(prof: Profile, given: dict | None = None, overrides: dict | None = Non
            + (f", {prof.dispatch_s * 1e6:g} us host dispatch each, overlapping them" if prof.dispatch_s else "")]
     for field, (name, what) in OVERRIDES.items():
         value = getattr(prof, field)
-        shown = f"{value:.2f}" if field == "gemm_efficiency" else flag(not value if field == "grad_accum_bytes"
-                                                                       else bool(value))
+        if field in NUMERIC:
+            shown = f"{value:.2f}" if value <= 1 else f"{value:g}"
+        else:
+            shown = flag(not value if field == "grad_accum_bytes" else bool(value))
         out.append(f"{what}: {shown} (--{name}; {who(field)})")
     return out

@@ -104,7 +104,8 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     out["bubble"] = (lay.pp - 1) / lay.chunks * (kernels_mb + tp_mb + cp_mb + pp_mb)
     local = shape.params / (lay.tp * lay.pp)
     moved, out["dp"] = steptime.dp_seconds(local, lay, m, ln["dp"], PRECISIONS[lay.states].grads, e,
-                                           k["backward"], kernels_mb, prof)
+                                           k["backward"], kernels_mb, prof,
+                                           steptime.regather_share(shape, lay, prof))
     out["peer_bytes"] = moved + out["tp"] * coll.bandwidth(ln["tp"]) + out["pp"] * ln["pp"].bandwidth
     out["peer_bytes"] += out["cp"] * ln["cp"].bandwidth
     shard = local / (lay.dp * lay.cp if lay.zero_stage >= 1 else 1)

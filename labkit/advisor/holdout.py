@@ -40,7 +40,10 @@ FITTED = (
     # eager: the grid reaches 300 passes (the optimum, 270, sat beyond the former 60 once the dispatch overlapped the
     # kernels); ops per layer and the dispatch are stated, not fitted (profiles.EAGER_DISPATCH_S)
     Fitted("eager", "bsh_passes", 0.0, "h200-eager", tuple(float(p) for p in range(0, 301, 30))),
-    Fitted("megatron-2021", "aggregate_ports", True, "sc21-table2", (True, False)),
+    # deepspeed-2021 (profiles): one port per GPU, and half the prefetched gathers exposed (the value fsdp's own
+    # fit on llm-foundry-h100 reached independently); the reuse distance is DeepSpeed's documented default
+    Fitted("deepspeed-2021", "aggregate_ports", True, "sc21-table2", (True, False)),
+    Fitted("deepspeed-2021", "exposed_share", 0.0, "sc21-table2", (0.0, 0.25, 0.5, 0.75)),
 )
 
 

@@ -41,8 +41,13 @@ sit on the critical path. Then, for p stages, m micro-batches and v model chunks
   backward ("overlap_comm"), and all-gathers the updated parameters once per step. ZeRO-3
   all-gathers the parameters for the forward and again for the backward (the recomputed forward
   under full recompute) and reduce-scatters the gradients, every micro-batch (Rajbhandari et al.,
-  SC 2020, section 7: 3 Psi): not overlapped, as Narayanan et al.'s Table 2 shows (throughput per
-  GPU halves when the GPUs double at a fixed batch: the per-GPU gather volume does not shrink);
+  SC 2020, section 7: 3 Psi); a framework that releases a gathered module unless it is used again
+  within ``Profile.reuse_distance`` parameters (DeepSpeed's ``stage3_max_reuse_distance``) gathers
+  again, for the backward after the recomputed forward, each matrix whose later matrices in the layer
+  (recomputed, then their backward) exceed it (:func:`regather_share`). The per-GPU volume does not
+  shrink with more GPUs, so at a fixed batch throughput per GPU falls (Narayanan et al., Table 2).
+  Overlapped where the profile prefetches (``Profile.overlap_sharded``): only what exceeds a
+  micro-batch's kernels is exposed, and no less than ``Profile.exposed_share`` of it;
 * collectives are ``labkit.predict.collectives`` (ring algorithm, latency terms, NCCL's bus
   bandwidth: the one cost model notebooks 02, 03 and 09 share);
 * the optimizer: Adam reads and writes the fp32 master weights and both moments and reads the
@@ -104,11 +109,25 @@ def grad_accum_seconds(params_on_gpu: float, dev, prof: Profile = DEFAULT) -> fl
     return compute.stream_seconds(prof.grad_accum_bytes * params_on_gpu, dev) if prof.grad_accum_bytes else 0.0
 
 
+def regather_share(shape, lay, prof: Profile = DEFAULT) -> float:
+    """Share of a layer's weights ZeRO-3 gathers a third time per micro-batch (module text): under full recompute,
+    each weight matrix whose reuse distance, twice the parameters of the layer's later matrices (on this GPU's
+    tp slice: DeepSpeed counts a module's own ``ds_numel``), exceeds ``prof.reuse_distance``; 0 otherwise."""
+    if lay.zero_stage < 3 or lay.recompute != "full" or prof.reuse_distance == float("inf"):
+        return 0.0
+    h, f, kv = shape.hidden, shape.ffn_size, shape.kv_hidden
+    mats = [h * (h + 2 * kv), h * h] + [h * f] * (3 if shape.gated else 2)  # forward order: qkv, proj, MLP
+    again = sum(n for i, n in enumerate(mats) if 2 * sum(mats[i + 1:]) / lay.tp > prof.reuse_distance)
+    return again / sum(mats)
+
+
 def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_weight: int,
-               backward_s: float, micro_batch_s: float = 0.0, prof: Profile = DEFAULT) -> tuple[float, float]:
+               backward_s: float, micro_batch_s: float = 0.0, prof: Profile = DEFAULT,
+               regather: float = 0.0) -> tuple[float, float]:
     """(bytes moved, exposed seconds) of the data-parallel traffic of one step for the layout's ZeRO stage,
     with the overlap the framework achieves (``profiles``): ``backward_s`` and ``micro_batch_s`` are one
-    micro-batch's backward and whole kernels. The group is dp x cp GPUs (module text)."""
+    micro-batch's backward and whole kernels; ``regather`` is the share of the weights ZeRO-3 gathers a third
+    time (:func:`regather_share`). The group is dp x cp GPUs (module text)."""
     d = lay.dp * lay.cp
     if d == 1:
         return 0.0, 0.0
@@ -122,8 +141,9 @@ def dp_seconds(params_per_gpu: float, lay, m: int, link: Link, e_grad: int, e_we
         moved = (d - 1) / d * (m * grads + weights)
         exposed = m * max(0.0, per_mb - backward_s) + coll.all_gather(weights, d, link)
     else:
-        moved = m * (d - 1) / d * (2 * weights + grads)
-        per_mb = 2 * coll.all_gather(weights, d, link) + coll.reduce_scatter(grads, d, link)
+        gathers = 2 + regather
+        moved = m * (d - 1) / d * (gathers * weights + grads)
+        per_mb = gathers * coll.all_gather(weights, d, link) + coll.reduce_scatter(grads, d, link)
         hidden = max(per_mb * prof.exposed_share, per_mb - micro_batch_s)
         exposed = m * (hidden if prof.overlap_sharded else per_mb)
     return moved, exposed

@@ -213,7 +213,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--attention", help="fused (FlashAttention/sdpa; also flash, sdpa), explicit (s x s scores in "
                      "memory; also eager); default: the framework's (megatron-2021 explicit, else fused)")
     for flag, (field, (_, what)) in zip(assumptions.FLAGS, assumptions.OVERRIDES.items(), strict=True):
-        kind = "a share of the peak in (0, 1]" if field == "gemm_efficiency" else "on, off"
+        kind = assumptions.KIND.get(field, "on, off")
         adv.add_argument(f"--{flag}", dest=flag.replace("-", "_"), help=f"{what}: {kind} (default: the framework's)")
     adv.add_argument("--framework", default=DEFAULT_FRAMEWORK, help=", ".join(FRAMEWORKS) + " (default "
                      f"{DEFAULT_FRAMEWORK}, what runs today): the kernels and overlaps every plan is priced with; "

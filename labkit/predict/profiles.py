@@ -15,9 +15,9 @@ prints the profile it was priced with.
   collectives not overlapped; and gradient accumulation unfused: each micro-batch's 16-bit weight
   gradient is added into the fp32 ``main_grad`` by a backward hook (``param.main_grad.add_(param.grad)``
   in Megatron-LM's 2021 ``DistributedDataParallel``), ``GRAD_ACCUM_BYTES`` per parameter per
-  micro-batch at memory speed. A data-parallel group that spans nodes runs over one network port per
-  GPU (the ZeRO-3 runs of the paper's Table 2 were DeepSpeed's, whose per-module gathers did not
-  aggregate a node's ports: chosen on that table, ``tests/test_advisor_calibration.py``).
+  micro-batch at memory speed. NCCL's rings use every port of a node (nccl-tests issue 119), as for
+  every profile but ``deepspeed-2021``: the paper's Table 2 runs, which once chose one port here, are
+  DeepSpeed's and are priced under that profile.
 * ``megatron-te``: Megatron-Core with Transformer Engine, what a practitioner runs today (the default):
   fused attention (cuDNN/FlashAttention), sequence parallelism, the same fused element-wise kernels,
   the weight-gradient GEMM accumulating into ``main_grad`` (``--gradient-accumulation-fusion``), and the
@@ -41,6 +41,22 @@ prints the profile it was priced with.
   gap per launch. Fitted on the three H200 runs of ``datasets/h200_eager.toml`` (issue 21), re-fitted when
   the embedding's backward and AdamW became explicit terms (issue 22, below) and when the dispatch became
   an overlapped term (issue 29); in-sample: three runs, one constant.
+* ``deepspeed-2021``: DeepSpeed ZeRO-3 of 2021 driving Megatron-LM's model code, as the ZeRO-3 rows of
+  Narayanan et al.'s Table 2 ran ("We integrated ZeRO into our codebase using the DeepSpeed Python
+  library", section 5.2): ``megatron-2021``'s kernels (explicit attention, the fused kernels of section
+  4.2, no SP), no unfused ``main_grad`` pass (DeepSpeed reduce-scatters each gradient in its backward hook
+  and adds it into its fp32 shard, 1/d of the parameters), no overlap of a ZeRO-0/1 all-reduce (DeepSpeed's
+  ``overlap_comm`` is a stage-2/3 option). ZeRO-3's gathers are prefetched on a side stream
+  (``stage3_prefetch_bucket_size``, DeepSpeed configuration documentation) and overlap compute, with
+  ``DEEPSPEED_EXPOSED_SHARE`` of them exposed; a gathered module is released after its use unless it is
+  used again within ``stage3_max_reuse_distance`` parameters (default 1e9, same documentation;
+  ``PartitionedParameterCoordinator._keep_for_later`` in 2021's ``deepspeed/runtime/zero/stage3.py``),
+  so under full recompute the backward gathers again every matrix whose reuse distance (the parameters of
+  the layer's later matrices, recomputed forward then backward) exceeds it (``Profile.reuse_distance``,
+  ``advisor.steptime.regather_share``): two thirds of a 175B layer, nothing of a 13B one. A data-parallel
+  ring spanning nodes runs over one port per GPU, not a node's aggregate: chosen on Table 2 (its
+  communication-bound rows move 3.7 x 2 Psi bytes per GPU in 66.7 s and 180 s, about one HDR port's
+  NCCL bus bandwidth, ``holdout.FITTED``).
 
 Two terms the ``eager`` profile (``nn.Embedding`` and AdamW run as PyTorch ships them) prices explicitly
 (:func:`extra_seconds`, the one function the advisor's ``steptime.framework_seconds`` and
@@ -53,6 +69,7 @@ off ``torch/optim/adamw.py``) at memory bandwidth, or a calibration's measured s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from labkit.errors import require_choice
@@ -74,6 +91,10 @@ EAGER_BSH_PASSES = 270  # 4-byte passes over b s h per layer, forward + backward
 CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient written and read
 # megatron-2021: main_grad.add_(grad) per micro-batch: read the 16-bit gradient (2), read, write fp32 main_grad (4+4)
 GRAD_ACCUM_BYTES = 2 + 4 + 4
+# deepspeed-2021: DeepSpeed's configuration documentation, stage3_max_reuse_distance (default 1e9 parameters)
+DEEPSPEED_REUSE_DISTANCE = 1e9
+# deepspeed-2021: share of prefetched ZeRO-3 traffic left exposed; fitted on sc21-table2 (holdout.FITTED)
+DEEPSPEED_EXPOSED_SHARE = 0.5
 # fsdp: fitted once on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s)
 FSDP_GEMM_EFFICIENCY = 0.60  # nn.Linear under autocast in a sharded model: below the 0.80 of tuned GEMMs
 FSDP_EXPOSED_SHARE = 0.5  # half of the prefetched traffic stays exposed: NCCL's kernels share the SMs and HBM
@@ -116,6 +137,9 @@ class Profile:
     overlap_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs (Transformer Engine userbuffers)
     overlap_cp: bool = True  # context-parallel ring sends overlapped with the blocks' attention (advisor.steptime)
     embedding_backward: bool = False  # nn.Embedding's unfused scatter-add backward priced explicitly
+    # ZeRO-3 keeps a gathered module for its next use within this many parameters (DeepSpeed's
+    # stage3_max_reuse_distance); inf: from the recomputed forward to the backward, as FSDP does
+    reuse_distance: float = math.inf
     source: str = ""
     dispatch_s: float = 0.0  # the host's seconds per op and pass, overlapping the GPU (``compute``); 0: none
 
@@ -137,10 +161,9 @@ class Profile:
 
 PROFILES = {
     "megatron-2021": Profile("megatron-2021", "Megatron-LM (Narayanan et al. 2021)", compute.KERNELS_PER_LAYER,
-                             compute.LAUNCH_S, False, False, False, grad_accum_bytes=GRAD_ACCUM_BYTES,
+                             compute.LAUNCH_S, True, False, False, grad_accum_bytes=GRAD_ACCUM_BYTES,
                              attention="explicit", sp=False, pins_kernels=True,
-                             source="Narayanan et al., SC 2021 (kernels of section 4.2); one port per GPU chosen on "
-                                    "its Table 2"),
+                             source="Narayanan et al., SC 2021 (kernels of section 4.2); nccl-tests issue 119 (ports)"),
     "megatron-te": Profile("megatron-te", "Megatron-Core + Transformer Engine", compute.KERNELS_PER_LAYER,
                            compute.LAUNCH_S, True, True, True, overlap_tp=True,
                            source="Megatron-Core distributed optimizer (overlap grad reduce and param gather), "
@@ -153,6 +176,13 @@ PROFILES = {
                      True, EAGER_BSH_PASSES, CE_PASSES, embedding_backward=True,
                      source="fitted once on datasets/h200_eager.toml (three H200 runs, issue 21)",
                      dispatch_s=EAGER_DISPATCH_S),
+    "deepspeed-2021": Profile("deepspeed-2021", "DeepSpeed ZeRO-3 + Megatron-LM (2021)", compute.KERNELS_PER_LAYER,
+                              compute.LAUNCH_S, False, True, False, exposed_share=DEEPSPEED_EXPOSED_SHARE,
+                              attention="explicit", sp=False, pins_kernels=True,
+                              reuse_distance=DEEPSPEED_REUSE_DISTANCE,
+                              source="Narayanan et al., SC 2021, section 5.2 (DeepSpeed's ZeRO-3 in Megatron-LM); "
+                                     "DeepSpeed configuration documentation (prefetch, stage3_max_reuse_distance); "
+                                     "one port per GPU and the exposed share fitted on its Table 2"),
 }
 FRAMEWORKS = tuple(PROFILES)
 DEFAULT_FRAMEWORK = "megatron-te"  # what a practitioner runs today (issue 29)
