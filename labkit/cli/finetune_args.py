@@ -47,7 +47,7 @@ def finetune_from_args(a: argparse.Namespace, shape: ModelShape, precision: str)
         except ValueError:
             raise LabkitError(f"lora_alpha must be a positive number (got {a.lora_alpha!r})") from None
     ckpt = bool(a.gradient_checkpointing or getattr(a, "recompute", None) == "full")
-    if getattr(a, "recompute", "none") not in ("none", "full"):
+    if getattr(a, "recompute", None) not in (None, "none", "full"):
         raise LabkitError(f"recompute must be none or full with --finetune (got {a.recompute!r})")
     ft = Finetune(method, rank, parse_targets(a.lora_targets, shape.gated), alpha, bool(a.double_quant),
                   bool(getattr(a, "paged", False)), ckpt)
