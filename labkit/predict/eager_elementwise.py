@@ -180,3 +180,21 @@ def layer_bytes(shape: ModelShape, prec: Precision = Precision(), tp: int = 1, s
     if prec.dropout and shape.dropout and shape.norm == "layernorm":  # GPT-2's resid_pdrop, twice a layer
         out += dropout(w) + dropout(w)
     return out
+
+
+def final_norm_bytes(shape: ModelShape, prec: Precision = Precision()) -> LayerBytes:
+    """Bytes per token of the model's final norm (``model.norm``, ``transformer.ln_f``), once after the layers."""
+    r = prec.weight_bytes(shape)
+    return rmsnorm(shape.hidden, r) if shape.norm == "rmsnorm" else layernorm(shape.hidden, r, prec.autocast,
+                                                                               prec.cuda)
+
+
+def weight_cast_bytes(shape: ModelShape, prec: Precision = Precision(), tp: int = 1) -> float:
+    """Bytes of autocast's weight casts in one forward and backward where the weights are fp32: each projection's
+    and the output layer's weight read in fp32 and written in bf16 once per forward (autocast caches the cast
+    within its region), and its bf16 gradient cast back to fp32 (2 x (4 + 2) bytes a weight); 0 otherwise."""
+    if not prec.autocast or prec.weight_bytes(shape) != F32:
+        return 0.0
+    h, kv, f = shape.hidden, shape.kv_hidden, shape.ffn_size
+    linear = h * (h + 2 * kv) + h * h + (3 if shape.gated else 2) * h * f
+    return 2 * (F32 + A) * (shape.layers * linear + shape.vocab * h) / tp
