@@ -37,9 +37,10 @@ FITTED = (
     Fitted("fsdp", "gemm_efficiency", compute.GEMM_EFFICIENCY, "llm-foundry-h100", (0.5, 0.55, 0.6, 0.65, 0.7, 0.8)),
     Fitted("fsdp", "exposed_share", 0.0, "llm-foundry-h100", (0.0, 0.25, 0.5, 0.75)),
     Fitted("fsdp", "bsh_passes", 0.0, "llm-foundry-h100", (0.0, 10.0, 20.0, 30.0)),
-    # eager: the grid reaches 300 passes (the optimum, 270, sat beyond the former 60 once the dispatch overlapped the
-    # kernels); ops per layer and the dispatch are stated, not fitted (profiles.EAGER_DISPATCH_S)
-    Fitted("eager", "bsh_passes", 0.0, "h200-eager", tuple(float(p) for p in range(0, 301, 30))),
+    # eager: the element-wise bytes are counted (predict.eager_elementwise), ops per layer and the dispatch stated
+    # (profiles.EAGER_DISPATCH_S); what is fitted is the share of the peak its GEMMs reach at h = 1024-2048
+    Fitted("eager", "gemm_efficiency", compute.GEMM_EFFICIENCY, "h200-eager",
+           (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)),
     # deepspeed-2021 (profiles): one port per GPU, and half the prefetched gathers exposed (the value fsdp's own
     # fit on llm-foundry-h100 reached independently); the reuse distance is DeepSpeed's documented default
     Fitted("deepspeed-2021", "aggregate_ports", True, "sc21-table2", (True, False)),

@@ -62,7 +62,7 @@ from functools import lru_cache
 
 from labkit.errors import LabkitError, require_choice
 from labkit.hardware import Device, roofline_time
-from labkit.predict import op_recompute
+from labkit.predict import eager_elementwise, op_recompute
 from labkit.shapes import ModelShape
 
 GEMM_EFFICIENCY = 0.80
@@ -85,6 +85,7 @@ class LayerTimes:
     launch: float
     dispatch: float = 0.0
     unfused: float = 0.0  # GPU seconds of the framework's extra passes, forward + backward (``profiles.extra_seconds``)
+    unfused_share: float = 1 / (1 + BACKWARD_FACTOR)  # the forward's share of ``unfused`` (counted: its own)
 
     @property
     def kernels(self) -> float:
@@ -98,12 +99,12 @@ class LayerTimes:
 
     @property
     def forward(self) -> float:
-        return self._overlap(self.kernels, 1 / (1 + BACKWARD_FACTOR))
+        return self._overlap(self.kernels, self.unfused_share)
 
     @property
     def backward(self) -> float:
         gpu = BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + self.launch
-        return self._overlap(gpu, BACKWARD_FACTOR / (1 + BACKWARD_FACTOR))
+        return self._overlap(gpu, 1 - self.unfused_share)
 
 
 def kernel_seconds(flops: float, nbytes: float, dev: Device, dtype: str = "bf16",
@@ -128,7 +129,7 @@ def stream_seconds(nbytes: float, dev: Device) -> float:
 def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
                 sp: bool = False, flash: bool = False, launch_s: float = KERNELS_PER_LAYER * LAUNCH_S,
                 gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "", cp: int = 1,
-                dispatch_s: float = 0.0, unfused_passes: float = 0.0) -> LayerTimes:
+                dispatch_s: float = 0.0, unfused_passes: float | eager_elementwise.Precision = 0.0) -> LayerTimes:
     """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
     ``launch_s`` (the GPU's launch gaps of the layer's kernels, added to them), ``dispatch_s`` (the host's
     seconds to issue the layer's ops in one pass, overlapping them) and ``gemm_efficiency`` (the share of the
@@ -155,6 +156,10 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
         attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
     wide = rows * h / (t if sp and t > 1 else 1)  # b s h tensors: whole on every rank without sequence parallelism
     elementwise = stream_seconds(wide * (2 * 2 * e + 2 * (3 * e + 1)) + rows * ffn / t * 2 * e, dev)
+    if isinstance(unfused_passes, eager_elementwise.Precision):  # eager: each op's bytes counted (they replace
+        counted = eager_elementwise.layer_bytes(shape, unfused_passes, t, sp)  # the fused kernels above)
+        unfused = stream_seconds(rows * counted.total, dev) if dispatch_s else 0.0
+        return LayerTimes(gemm, attention, 0.0, launch_s, dispatch_s, unfused, counted.forward / counted.total)
     unfused = stream_seconds(unfused_passes * 4 * wide, dev) if dispatch_s else 0.0
     return LayerTimes(gemm, attention, elementwise, launch_s, dispatch_s, unfused)
 
@@ -194,7 +199,7 @@ def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: in
                   launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
                   gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True,
                   gemm_dtype: str = "", cp: int = 1, dispatch_s: float = 0.0,
-                  unfused_passes: float = 0.0) -> dict[str, float]:
+                  unfused_passes: float | eager_elementwise.Precision = 0.0) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
     the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022; every
     second matmul and the element-wise kernels under torchtitan's op policy, :func:`op_again_seconds`).

@@ -35,12 +35,13 @@ prints the profile it was priced with.
   on the 11 llm-foundry H100 rows of ``datasets/llm_foundry_h100.toml``.
 * ``eager``: eager PyTorch + transformers (a plain training loop, autocast bf16, fused AdamW,
   sdpa): per-operation dispatch and launch, element-wise ops unfused and norms in fp32 under
-  autocast (``EAGER_BSH_PASSES`` extra fp32 passes over b s h per layer, forward and backward),
+  autocast (each kernel's bytes counted from transformers' code, ``predict.eager_elementwise``),
   and the cross-entropy's fp32 logits over b s V (``CE_PASSES``); the host's per-op dispatch
   (``EAGER_DISPATCH_S``) overlaps the GPU's kernels (``compute.LayerTimes``), which keep the GPU's 4 us
   gap per launch. Fitted on the three H200 runs of ``datasets/h200_eager.toml`` (issue 21), re-fitted when
   the embedding's backward and AdamW became explicit terms (issue 22, below) and when the dispatch became
-  an overlapped term (issue 29); in-sample: three runs, one constant.
+  an overlapped term (issue 29); since issue 29 only its GEMMs' share of the peak is fitted (three runs, one
+  constant).
 * ``deepspeed-2021``: DeepSpeed ZeRO-3 of 2021 driving Megatron-LM's model code, as the ZeRO-3 rows of
   Narayanan et al.'s Table 2 ran ("We integrated ZeRO into our codebase using the DeepSpeed Python
   library", section 5.2): ``megatron-2021``'s kernels (explicit attention, the fused kernels of section
@@ -73,21 +74,24 @@ import math
 from dataclasses import dataclass, replace
 
 from labkit.errors import require_choice
-from labkit.predict import compute
+from labkit.predict import compute, eager_elementwise
 
 # eager: fitted on datasets/h200_eager.toml (TinyLlama-1.1B, Qwen2-1.5B, GPT-2 medium on one H200): issue 21, re-fitted
 # in issue 22 (the embedding's backward and AdamW's bytes priced explicitly) and in issue 29, when the host's dispatch
 # became an overlapped term (compute.LayerTimes: each pass the slower of the GPU's kernels and the host's dispatch, no
-# longer their sum). Only bsh_passes is fitted now (holdout.FITTED: the grid's minimax of |log(predicted/measured)|
-# over 0-300 passes gave 270), in-sample 1.14, 1.14, 0.86 (it was 35, with 0.96, 1.07, 0.94 under the additive term)
+# longer their sum). Issue 29 then counted the element-wise bytes (EAGER_ELEMENTWISE) in place of the fitted uniform
+# bsh_passes (270 passes, in-sample 1.14, 1.14, 0.86); only the GEMMs' share of the peak is fitted now
 EAGER_DISPATCH_S = 20e-6  # host seconds per op and pass (Python, the dispatcher, autocast, autograd, the launch call):
 # an assumption, about twice the 9.4 us one bare op took in a Python loop on the H200 of
 # datasets/measurements/h200-gpu-check-2026-12.jsonl (its calibration's launch_s), for autograd's node and autocast's
 # dispatch; not fitted: only ops x dispatch enters the host time, so it and the op count cannot be told apart
 EAGER_KERNELS_PER_LAYER = 70  # a transformers decoder layer's ops (norms, rotary, casts, adds, activations, GEMMs):
 # issue 22's fit on h200_eager.toml, kept as the op count (not refitted: see EAGER_DISPATCH_S)
-EAGER_BSH_PASSES = 270  # 4-byte passes over b s h per layer, forward + backward: unfused ops, norms in fp32, and what
-# the roofline misses at these widths (h = 1024-2048: GEMMs below 0.80 of peak, the MLP's b s f element-wise passes)
+EAGER_GEMM_EFFICIENCY = 0.50  # fitted on h200_eager.toml (holdout.FITTED, grid 0.50-0.80: minimax at its floor) once
+# the element-wise bytes were counted: in-sample 1.08, 1.14, 0.90; GPT-2 stays 20% below the Llamas (not its bytes:
+# tests/test_eager_elementwise.py); the GEMMs at h = 1024-2048 or its host dispatch, neither measured per shape here
+EAGER_ELEMENTWISE = eager_elementwise.Precision()  # each element-wise kernel of a transformers layer counted from its
+# code (autocast bf16 over the weights' dtype as built, dropout where the config has it, CUDA's kernels); not fitted
 CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient written and read
 # megatron-2021: main_grad.add_(grad) per micro-batch: read the 16-bit gradient (2), read, write fp32 main_grad (4+4)
 GRAD_ACCUM_BYTES = 2 + 4 + 4
@@ -126,7 +130,8 @@ class Profile:
     aggregate_ports: bool  # a data-parallel group spanning nodes uses min(ports, its GPUs on a node) ports
     overlap_sharded: bool  # ZeRO-3/FSDP gathers and reduce-scatters hidden behind a micro-batch's compute
     overlap_dp: bool  # ZeRO-0/1 gradient all-reduce overlapped with the backward (bucketed, as DDP does)
-    bsh_passes: float = 0.0  # extra fp32 passes over b s h per layer (forward + backward)
+    bsh_passes: float | eager_elementwise.Precision = 0.0  # extra fp32 passes over b s h per layer (fwd + bwd), or
+    # each element-wise kernel's bytes counted from the model's code at this precision (``eager_elementwise``)
     ce_passes: float = 0.0  # fp32 passes over the b s V logits for the cross-entropy
     gemm_efficiency: float = compute.GEMM_EFFICIENCY  # share of the dense peak the framework's GEMMs reach
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
@@ -173,7 +178,7 @@ PROFILES = {
                     source="Zhao et al., VLDB 2023, section 3.3.2 (prefetching); nccl-tests issue 119 (ports); "
                            "GEMM share, exposed share and passes fitted once on datasets/llm_foundry_h100.toml"),
     "eager": Profile("eager", "eager PyTorch + transformers", EAGER_KERNELS_PER_LAYER, compute.LAUNCH_S, True, False,
-                     True, EAGER_BSH_PASSES, CE_PASSES, embedding_backward=True,
+                     True, EAGER_ELEMENTWISE, CE_PASSES, EAGER_GEMM_EFFICIENCY, embedding_backward=True,
                      source="fitted once on datasets/h200_eager.toml (three H200 runs, issue 21)",
                      dispatch_s=EAGER_DISPATCH_S),
     "deepspeed-2021": Profile("deepspeed-2021", "DeepSpeed ZeRO-3 + Megatron-LM (2021)", compute.KERNELS_PER_LAYER,
@@ -212,7 +217,14 @@ def extra_seconds(shape, seq: int, micro_batch: int, tp: int, pp: int, dev, prof
     wide = rows * shape.hidden / (tp if sp else 1)
     logits = rows * shape.vocab / tp
     measured = bool(prof.ce_passes and loss_s_per_logit)
-    nbytes = shape.layers / pp * prof.bsh_passes * 4 * wide + (0.0 if measured else prof.ce_passes * 4 * logits)
+    nbytes = 0.0 if measured else prof.ce_passes * 4 * logits
+    if isinstance(prof.bsh_passes, eager_elementwise.Precision):
+        prec = prof.bsh_passes
+        nbytes += shape.layers / pp * rows * eager_elementwise.layer_bytes(shape, prec, tp, sp).total
+        nbytes += rows * eager_elementwise.final_norm_bytes(shape, prec).total
+        nbytes += eager_elementwise.weight_cast_bytes(shape, prec, tp) / pp
+    else:
+        nbytes += shape.layers / pp * prof.bsh_passes * 4 * wide
     if prof.embedding_backward:
         nbytes += embedding_backward_bytes(shape, rows, tp)
     return compute.stream_seconds(nbytes, dev) + (loss_s_per_logit * logits if measured else 0.0)

@@ -25,6 +25,7 @@ from labkit.hardware.calibration import Calibration
 from labkit.hardware.types import Device
 from labkit.predict.attention import attention_kind
 from labkit.predict.compute import stage_seconds
+from labkit.predict.eager_elementwise import Precision
 from labkit.predict.profiles import extra_seconds, optimizer_seconds, profile
 from labkit.shapes import ModelShape
 
@@ -64,6 +65,8 @@ def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype:
         prof = prof.measured_launch(launch_s)
     if not overlapped:
         prof = replace(prof, launch_s=prof.dispatch_s or prof.launch_s, dispatch_s=0.0)
+    if master_weights and isinstance(prof.bsh_passes, Precision):  # the lab's bf16-mixed: a bf16 model, no
+        prof = replace(prof, bsh_passes=Precision(2, autocast=False, dropout=False))  # autocast, dropout 0
     st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention_kind(attention) == "fused",
                        launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency,
                        dispatch_s=prof.dispatch_per_layer_s, unfused_passes=prof.bsh_passes)

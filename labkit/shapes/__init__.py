@@ -40,6 +40,8 @@ class ModelShape:
     learned_pos: bool = True
     dropout: bool = True
     source: str = ""
+    activation: str = ""  # transformers' name (hidden_act, activation_function); "": silu if gated, else gelu_new
+    dtype: str = "float32"  # the parameters' dtype as transformers builds the model (the config's torch_dtype)
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "vocab", "seq"):

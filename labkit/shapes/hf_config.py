@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,8 @@ def from_config(cfg: dict | str | Path, name: str = "") -> HFModel:
     if act not in ACTIVATIONS:
         raise LabkitError(f"config field {'activation_function' if family == 'gpt2' else 'hidden_act'} must be one "
                           f"of {', '.join(ACTIVATIONS)} (got {act!r})")
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32")  # transformers builds fp32 without one
+    shape = replace(shape, activation=act, dtype=dtype)
     return HFModel(family, shape, act, *drops, use_cache=_field(cfg, "use_cache", family, bool, True),
                    config=cfg, source=source)
 
