@@ -10,15 +10,8 @@ from labkit.advisor import bench, holdout
 from labkit.advisor import reference_sets as rs
 from labkit.predict import profiles
 
-IN_SAMPLE_MISSES = {
-    "h200-gpu-check": "0.82-1.05 (nothing fitted on it): gpt2-medium 8x1024 is 0.82 with its element-wise bytes "
-                      "counted (bf16 model, no autocast); GPT-2 sits about 20% below the Llamas in both eager sets",
-    **rs.OPEN,
-}
-HELD_OUT_MISSES = {
-    "sc21-table2": "no second published DeepSpeed ZeRO-3 run priced under deepspeed-2021, so its two constants fall "
-                   "back to their priors (every port, nothing exposed): 0.19-0.63",
-}
+IN_SAMPLE_MISSES = holdout.IN_SAMPLE_OPEN
+HELD_OUT_MISSES = holdout.HELD_OUT_OPEN
 
 
 def _within(lo_hi: tuple[float, float], tol: float) -> bool:
@@ -65,9 +58,12 @@ def test_bench_prints_both_ratios_with_their_spread(capsys) -> None:
     assert out.count("leave-one-set-out") == len(rs.SETS) and "fitted on h200-eager" in out
 
 
-def test_the_table_marks_exactly_the_sets_that_miss() -> None:
-    lines = holdout.table().splitlines()[2:]
+def test_the_table_marks_exactly_the_sets_that_miss_and_says_why() -> None:
+    text = holdout.table()
+    lines = text.splitlines()[2:2 + len(rs.SETS)]
     assert [ln.split()[0] for ln in lines] == list(rs.SETS)
     marks = {ln.split()[0]: (ln.split()[-3], ln.split()[-1]) for ln in lines}
     assert {n for n, m in marks.items() if m[0] == "NO"} == set(IN_SAMPLE_MISSES)
     assert {n for n, m in marks.items() if m[1] == "NO"} == set(HELD_OUT_MISSES)
+    assert holdout.misses() == (set(IN_SAMPLE_MISSES), set(HELD_OUT_MISSES))
+    assert all(f"{n}: {r}" in text for n, r in (IN_SAMPLE_MISSES | HELD_OUT_MISSES).items())

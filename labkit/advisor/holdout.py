@@ -125,19 +125,49 @@ def summary(name: str) -> Summary:
 
 IN_SAMPLE_TOLERANCE = 0.15  # issue 29: every set within 15% with the constants as fitted
 HELD_OUT_TOLERANCE = 0.25  # and within 25% judged by constants not fitted on it
+# the sets that miss those targets (issue 29, open), with what was measured and why: printed under the table,
+# asserted by notebook 09 and strict expected failures in tests/test_advisor_holdout.py, so a set that starts to
+# hold, or stops, fails loudly
+IN_SAMPLE_OPEN = {
+    "h200-gpu-check": "nothing is fitted on it; GPT-2 medium is predicted faster than measured, the Llamas are not "
+                      "(the same gap shows in h200-eager): what GPT-2's eager step spends is not all priced",
+    **rs.OPEN,
+}
+HELD_OUT_OPEN = {
+    "sc21-table2": "no second published DeepSpeed ZeRO-3 run of 2021 to refit on, so its two constants fall back to "
+                   "their priors (every port, nothing exposed): 2021's ZeRO-3 moved its gathers at about one port's "
+                   "bandwidth per GPU, which nothing but this table shows",
+}
+
+
+def misses() -> tuple[set[str], set[str]]:
+    """The sets outside 15% in-sample and outside 25% held out, as priced now."""
+    ins, out = set(), set()
+    for name in rs.SETS:
+        s = summary(name)
+        ins |= set() if _within(s.in_sample, IN_SAMPLE_TOLERANCE) else {name}
+        out |= set() if _within(s.held_out, HELD_OUT_TOLERANCE) else {name}
+    return ins, out
+
+
+def _within(lo_hi: tuple[float, float], tol: float) -> bool:
+    return 1 - tol <= lo_hi[0] and lo_hi[1] <= 1 + tol
 
 
 def table() -> str:
-    """Every reference set's ratio range in-sample and held out, beside what was fitted on it (notebook 09)."""
+    """Every reference set's ratio range in-sample and held out, beside what was fitted on it, and why each open
+    set misses (notebook 09, ``labkit bench``)."""
     rows = []
     for name in rs.SETS:
         s = summary(name)
         mine = [c.field for c in FITTED if c.source == name]
-        ok = (1 - IN_SAMPLE_TOLERANCE <= s.in_sample[0] and s.in_sample[1] <= 1 + IN_SAMPLE_TOLERANCE,
-              1 - HELD_OUT_TOLERANCE <= s.held_out[0] and s.held_out[1] <= 1 + HELD_OUT_TOLERANCE)
         rows.append([name, rs.FRAMEWORK[name], ", ".join(mine) or "nothing",
-                     f"{s.in_sample[0]:.2f}-{s.in_sample[1]:.2f}", "yes" if ok[0] else "NO",
-                     f"{s.held_out[0]:.2f}-{s.held_out[1]:.2f}", "yes" if ok[1] else "NO"])
+                     f"{s.in_sample[0]:.2f}-{s.in_sample[1]:.2f}",
+                     "yes" if _within(s.in_sample, IN_SAMPLE_TOLERANCE) else "NO",
+                     f"{s.held_out[0]:.2f}-{s.held_out[1]:.2f}",
+                     "yes" if _within(s.held_out, HELD_OUT_TOLERANCE) else "NO"])
     head = ["reference set", "profile", "fitted on it", "in-sample", f"within {IN_SAMPLE_TOLERANCE:.0%}",
             "held out", f"within {HELD_OUT_TOLERANCE:.0%}"]
-    return text_table(head, rows)
+    why = [f"open, in-sample: {n}: {r}" for n, r in IN_SAMPLE_OPEN.items()]
+    why += [f"open, held out: {n}: {r}" for n, r in HELD_OUT_OPEN.items()]
+    return "\n".join([text_table(head, rows), *why])
