@@ -37,8 +37,8 @@ FITTED = (
     Fitted("fsdp", "gemm_efficiency", compute.GEMM_EFFICIENCY, "llm-foundry-h100", (0.5, 0.55, 0.6, 0.65, 0.7, 0.8)),
     Fitted("fsdp", "exposed_share", 0.0, "llm-foundry-h100", (0.0, 0.25, 0.5, 0.75)),
     Fitted("fsdp", "bsh_passes", 0.0, "llm-foundry-h100", (0.0, 10.0, 20.0, 30.0)),
-    # eager: the element-wise bytes are counted (predict.eager_elementwise), ops per layer and the dispatch stated
-    # (profiles.EAGER_DISPATCH_S); what is fitted is the share of the peak its GEMMs reach at h = 1024-2048
+    # eager: the element-wise bytes and the ops per layer are counted (predict.eager_elementwise, eager_ops), the
+    # dispatch stated (profiles.EAGER_DISPATCH_S); what is fitted is the share of the peak its GEMMs reach
     Fitted("eager", "gemm_efficiency", compute.GEMM_EFFICIENCY, "h200-eager",
            (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)),
     # deepspeed-2021 (profiles): one port per GPU, and half the prefetched gathers exposed (the value fsdp's own
