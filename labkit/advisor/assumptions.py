@@ -93,8 +93,12 @@ def lines(prof: Profile, given: dict | None = None, overrides: dict | None = Non
 
     out = [f"attention {given.get('attention', prof.attention)} (--attention; {who('attention')})",
            f"sequence parallelism {flag(bool(given.get('sp', prof.sp)))} with tp > 1 (--sp; {who('sp')})",
-           f"kernels per layer {prof.kernels_per_layer} x {prof.launch_s * 1e6:g} us launch ({prof.label})"
-           + (f", {prof.dispatch_s * 1e6:g} us host dispatch each, overlapping them" if prof.dispatch_s else "")]
+           (f"kernels per layer {prof.kernels_per_layer}" if prof.counted is None else
+            "ops per layer counted from the model's code (forward, backward)")
+           + f" x {prof.launch_s * 1e6:g} us launch ({prof.label})"
+           + (f", {prof.dispatch_s * 1e6:g} us host dispatch each, overlapping them" if prof.dispatch_s else "")
+           + (f" ({prof.backward_dispatch_share:g} of it in the backward)"
+              if prof.backward_dispatch_share != 1 else "")]
     for field, (name, what) in OVERRIDES.items():
         value = getattr(prof, field)
         if field in NUMERIC:

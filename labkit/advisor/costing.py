@@ -86,9 +86,9 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     prof = mc.profile
     counts, flash, s_local = lay.stage_layers(shape.layers), lay.attention == "fused", seq / lay.cp
     k = max((compute.stage_seconds(shape, seq, lay.micro_batch, lay.tp, lay.pp, dev, dtype, lay.seq_parallel,
-                                   flash, lay.recompute, prof.launch_per_layer_s, n,
-                                   prof.gemm_efficiency, logits=i == len(counts) - 1, gemm_dtype=gemm, cp=lay.cp,
-                                   dispatch_s=prof.dispatch_per_layer_s, unfused_passes=prof.bsh_passes)
+                                   flash, lay.recompute, layers=n, gemm_efficiency=prof.gemm_efficiency,
+                                   logits=i == len(counts) - 1, gemm_dtype=gemm, cp=lay.cp,
+                                   **prof.layer_kwargs(shape))
              for i, n in enumerate(counts) if i in (0, 1, len(counts) - 1)), key=lambda d: sum(d.values()))
     stage_params = shape.params * max(counts) / shape.layers / lay.tp  # ZeRO-2/3 accumulate only their shard
     stage_params /= lay.dp * lay.cp if lay.zero_stage >= 2 else 1
@@ -96,7 +96,7 @@ def step_times(shape: ModelShape, seq: int, global_batch: int, lay: Layout, mc: 
     kernels_mb += steptime.grad_accum_seconds(stage_params, dev, prof)
     tp_mb = steptime.tp_seconds(shape, s_local, lay, ln["tp"], e, kernels_mb if prof.overlap_tp else 0.0)
     attention_s = compute.layer_times(shape, seq, lay.micro_batch, lay.tp, dev, dtype, lay.seq_parallel, flash,
-                                      prof.launch_per_layer_s, prof.gemm_efficiency, gemm, lay.cp).attention
+                                      gemm_efficiency=prof.gemm_efficiency, gemm_dtype=gemm, cp=lay.cp).attention
     cp_mb = steptime.cp_seconds(shape, seq, lay, ln["cp"], e, attention_s, prof)
     pp_mb = steptime.pp_seconds(shape, s_local, lay, ln["pp"], mc.cluster.intra_node, e)
     out = dict.fromkeys((*TIMES, "cpu", "peer_bytes", "pcie_bytes", "nvme_read", "nvme_write"), 0.0)

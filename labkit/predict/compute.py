@@ -45,9 +45,9 @@ alone, from the shapes, so that the bubble and the collectives (``steptime``) ca
   The overlap is taken per layer and pass, which for identical layers is the same as per pass: the
   host can run ahead of the GPU (up to the launch queue's depth) but never catch up time the GPU spent
   waiting, so a host-bound forward is not made up in a GPU-bound backward; the lead a GPU-bound pass
-  builds is left out (a small overestimate). One dispatch figure per op and pass: the backward's ops
-  run from autograd's C++ engine, without the forward's Python, but each linear issues two GEMMs there,
-  and neither is measured here to tell them apart;
+  builds is left out (a small overestimate). A framework whose ops are counted per pass (eager,
+  ``eager_ops``) gives the backward its own launches and dispatch: its ops run from autograd's C++
+  engine, without the forward's Python module calls (``profiles.EAGER_BACKWARD_DISPATCH_SHARE``);
 * context parallelism over ``cp`` GPUs (Megatron-Core's context parallelism; Liu et al., "Ring
   Attention", 2023) gives each GPU s/cp of the sequence: its GEMMs and element-wise kernels run on
   b s/cp rows, and its attention on s/cp queries against all s keys (the K/V blocks come round the
@@ -86,6 +86,8 @@ class LayerTimes:
     dispatch: float = 0.0
     unfused: float = 0.0  # GPU seconds of the framework's extra passes, forward + backward (``profiles.extra_seconds``)
     unfused_share: float = 1 / (1 + BACKWARD_FACTOR)  # the forward's share of ``unfused`` (counted: its own)
+    backward_launch: float | None = None  # the backward's launch gaps and host dispatch where they differ from the
+    backward_dispatch: float | None = None  # forward's (eager's ops counted per pass, ``eager_ops``); None: the same
 
     @property
     def kernels(self) -> float:
@@ -103,8 +105,10 @@ class LayerTimes:
 
     @property
     def backward(self) -> float:
-        gpu = BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + self.launch
-        return self._overlap(gpu, 1 - self.unfused_share)
+        launch = self.launch if self.backward_launch is None else self.backward_launch
+        dispatch = self.dispatch if self.backward_dispatch is None else self.backward_dispatch
+        gpu = BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + launch
+        return max(gpu, dispatch - (1 - self.unfused_share) * self.unfused)
 
 
 def kernel_seconds(flops: float, nbytes: float, dev: Device, dtype: str = "bf16",
@@ -129,13 +133,17 @@ def stream_seconds(nbytes: float, dev: Device) -> float:
 def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Device, dtype: str = "bf16",
                 sp: bool = False, flash: bool = False, launch_s: float = KERNELS_PER_LAYER * LAUNCH_S,
                 gemm_efficiency: float = GEMM_EFFICIENCY, gemm_dtype: str = "", cp: int = 1,
-                dispatch_s: float = 0.0, unfused_passes: float | eager_elementwise.Precision = 0.0) -> LayerTimes:
+                dispatch_s: float = 0.0, unfused_passes: float = 0.0,
+                counted: eager_elementwise.Precision | None = None, backward_launch_s: float | None = None,
+                backward_dispatch_s: float | None = None) -> LayerTimes:
     """One layer's forward on one of ``tp`` tensor-parallel GPUs, by kind of kernel (see the module text);
     ``launch_s`` (the GPU's launch gaps of the layer's kernels, added to them), ``dispatch_s`` (the host's
     seconds to issue the layer's ops in one pass, overlapping them) and ``gemm_efficiency`` (the share of the
     dense peak its GEMMs reach) are a framework's (``labkit.predict.profiles``); ``gemm_dtype`` the GEMMs' rate
     (fp8, tf32; default ``dtype``), with 1-byte operands at fp8; ``cp`` the context-parallel GPUs sharing the
-    sequence (fused attention only)."""
+    sequence (fused attention only); ``unfused_passes`` a framework's extra fp32 passes over b s h per layer, or
+    ``counted`` (eager) each element-wise kernel's bytes at that precision (``eager_elementwise``) in place of the
+    fused kernels; ``backward_launch_s`` and ``backward_dispatch_s`` the backward's, where not the forward's."""
     g, gd = gemm_efficiency, gemm_dtype or dtype
     ge = 1 if gd == "fp8" else (4 if dtype == "fp32" else 2)
     e = 4 if dtype == "fp32" else 2
@@ -156,12 +164,13 @@ def layer_times(shape: ModelShape, seq: int, micro_batch: int, tp: int, dev: Dev
         attention += stream_seconds(heads * seq * seq * (2 * e + 2 * e + 1), dev)  # softmax r/w, dropout r/w + mask
     wide = rows * h / (t if sp and t > 1 else 1)  # b s h tensors: whole on every rank without sequence parallelism
     elementwise = stream_seconds(wide * (2 * 2 * e + 2 * (3 * e + 1)) + rows * ffn / t * 2 * e, dev)
-    if isinstance(unfused_passes, eager_elementwise.Precision):  # eager: each op's bytes counted (they replace
-        counted = eager_elementwise.layer_bytes(shape, unfused_passes, t, sp)  # the fused kernels above)
-        unfused = stream_seconds(rows * counted.total, dev) if dispatch_s else 0.0
-        return LayerTimes(gemm, attention, 0.0, launch_s, dispatch_s, unfused, counted.forward / counted.total)
+    back = {"backward_launch": backward_launch_s, "backward_dispatch": backward_dispatch_s}
+    if counted is not None:  # eager: each op's bytes counted (they replace the fused kernels above)
+        nb = eager_elementwise.layer_bytes(shape, counted, t, sp)
+        unfused = stream_seconds(rows * nb.total, dev) if dispatch_s else 0.0
+        return LayerTimes(gemm, attention, 0.0, launch_s, dispatch_s, unfused, nb.forward / nb.total, **back)
     unfused = stream_seconds(unfused_passes * 4 * wide, dev) if dispatch_s else 0.0
-    return LayerTimes(gemm, attention, elementwise, launch_s, dispatch_s, unfused)
+    return LayerTimes(gemm, attention, elementwise, launch_s, dispatch_s, unfused, **back)
 
 
 @lru_cache(maxsize=1024)
@@ -198,17 +207,18 @@ def stage_seconds(shape: ModelShape, seq: int, micro_batch: int, tp: int, pp: in
                   sp: bool = False, flash: bool = False, recompute: str = "none",
                   launch_s: float = KERNELS_PER_LAYER * LAUNCH_S, layers: float | None = None,
                   gemm_efficiency: float = GEMM_EFFICIENCY, logits: bool = True,
-                  gemm_dtype: str = "", cp: int = 1, dispatch_s: float = 0.0,
-                  unfused_passes: float | eager_elementwise.Precision = 0.0) -> dict[str, float]:
+                  gemm_dtype: str = "", cp: int = 1, dispatch_s: float = 0.0, unfused_passes: float = 0.0,
+                  counted: eager_elementwise.Precision | None = None, backward_launch_s: float | None = None,
+                  backward_dispatch_s: float | None = None) -> dict[str, float]:
     """Kernel seconds of one micro-batch on the slowest (last) of ``pp`` pipeline stages: forward, backward and
     the forward run again under recompute (the attention core under selective, Korthikanti et al. 2022; every
     second matmul and the element-wise kernels under torchtitan's op policy, :func:`op_again_seconds`).
     ``layers`` is that stage's layer count (default: an even split, layers / pp); ``logits`` whether it holds
     the output layer (the last stage does); ``cp`` the context-parallel GPUs sharing the sequence;
-    ``dispatch_s`` the host's seconds per layer and pass and ``unfused_passes`` the framework's extra fp32 passes
-    over b s h per layer (``layer_times``)."""
+    ``dispatch_s`` the host's seconds per layer and pass, ``unfused_passes``, ``counted`` and the backward's
+    launches and dispatch as in ``layer_times``."""
     lt = layer_times(shape, seq, micro_batch, tp, dev, dtype, sp, flash, launch_s, gemm_efficiency, gemm_dtype, cp,
-                     dispatch_s, unfused_passes)
+                     dispatch_s, unfused_passes, counted, backward_launch_s, backward_dispatch_s)
     per_stage = shape.layers / pp if layers is None else layers
     head = "tf32" if gemm_dtype == "tf32" else ""  # the output layer stays in 16 bits under fp8 (Transformer Engine)
     logits = logits_seconds(shape, seq, micro_batch, tp, dev, dtype, gemm_efficiency, cp, head) if logits else 0.0

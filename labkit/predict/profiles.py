@@ -74,24 +74,30 @@ import math
 from dataclasses import dataclass, replace
 
 from labkit.errors import require_choice
-from labkit.predict import compute, eager_elementwise
+from labkit.predict import compute, eager_elementwise, eager_ops
 
 # eager: fitted on datasets/h200_eager.toml (TinyLlama-1.1B, Qwen2-1.5B, GPT-2 medium on one H200): issue 21, re-fitted
 # in issue 22 (the embedding's backward and AdamW's bytes priced explicitly) and in issue 29, when the host's dispatch
 # became an overlapped term (compute.LayerTimes: each pass the slower of the GPU's kernels and the host's dispatch, no
 # longer their sum). Issue 29 then counted the element-wise bytes (EAGER_ELEMENTWISE) in place of the fitted uniform
-# bsh_passes (270 passes, in-sample 1.14, 1.14, 0.86); only the GEMMs' share of the peak is fitted now
-EAGER_DISPATCH_S = 20e-6  # host seconds per op and pass (Python, the dispatcher, autocast, autograd, the launch call):
-# an assumption, about twice the 9.4 us one bare op took in a Python loop on the H200 of
-# datasets/measurements/h200-gpu-check-2026-12.jsonl (its calibration's launch_s), for autograd's node and autocast's
-# dispatch; not fitted: only ops x dispatch enters the host time, so it and the op count cannot be told apart
-EAGER_KERNELS_PER_LAYER = 70  # a transformers decoder layer's ops (norms, rotary, casts, adds, activations, GEMMs):
-# issue 22's fit on h200_eager.toml, kept as the op count (not refitted: see EAGER_DISPATCH_S)
-EAGER_GEMM_EFFICIENCY = 0.50  # fitted on h200_eager.toml (holdout.FITTED, grid 0.50-0.80: minimax at its floor) once
-# the element-wise bytes were counted: in-sample 1.08, 1.14, 0.90; GPT-2 stays 20% below the Llamas (not its bytes:
-# tests/test_eager_elementwise.py); the GEMMs at h = 1024-2048 or its host dispatch, neither measured per shape here
+# bsh_passes (270 passes, in-sample 1.14, 1.14, 0.86), and each layer's ops per pass (eager_ops) in place of the
+# 70 kernels per layer issue 22 fitted; only the GEMMs' share of the peak is fitted now
+EAGER_DISPATCH_S = 20e-6  # host seconds per forward op (Python, the module calls, the dispatcher, autocast, autograd's
+# node, the launch call): an assumption, about twice the 9.4 us one bare op took in a Python loop on the H200 of
+# datasets/measurements/h200-gpu-check-2026-12.jsonl (its calibration's launch_s); not fitted
+EAGER_BACKWARD_DISPATCH_SHARE = 0.65  # a backward op's host seconds as a share of a forward op's: autograd's C++ engine
+# runs it, without the forward's Python module calls. Measured (issue 29) on the CPU host of this repository's tests
+# (torch 2.13, transformers 5.25, one thread): tiny Llama, Qwen2 and GPT-2 blocks (h = 16, 4 tokens, kernels of a few
+# hundred elements) ran their forward at 9.6-17.5 us and their backward at 6.7-10.8 us per counted op (eager_ops),
+# a ratio of 0.62-0.70 over the six precisions of tests/test_eager_ops.py; taken to carry over to the H200's host
+EAGER_GEMM_EFFICIENCY = 0.50  # fitted on h200_eager.toml (holdout.FITTED, grid 0.50-0.80: minimax at its floor; 0.45
+# and 0.40 are worse) once the element-wise bytes and the ops were counted: in-sample 1.08, 1.13, 0.85. GPT-2 stays
+# 20-25% below the Llamas: not its bytes (tests/test_eager_elementwise.py) nor its op count (tests/test_eager_ops.py:
+# 31 and 48 ops against the Llamas' 48-51 and 87-93); its host seconds per op (above the Llamas' on the CPU) or its
+# GEMMs at h = 1024, neither measured per shape on the H200
 EAGER_ELEMENTWISE = eager_elementwise.Precision()  # each element-wise kernel of a transformers layer counted from its
-# code (autocast bf16 over the weights' dtype as built, dropout where the config has it, CUDA's kernels); not fitted
+# code (autocast bf16 over the weights' dtype as built, dropout where the config has it, CUDA's kernels), and each
+# layer's ops per pass (eager_ops); not fitted
 CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient written and read
 # megatron-2021: main_grad.add_(grad) per micro-batch: read the 16-bit gradient (2), read, write fp32 main_grad (4+4)
 GRAD_ACCUM_BYTES = 2 + 4 + 4
@@ -130,8 +136,7 @@ class Profile:
     aggregate_ports: bool  # a data-parallel group spanning nodes uses min(ports, its GPUs on a node) ports
     overlap_sharded: bool  # ZeRO-3/FSDP gathers and reduce-scatters hidden behind a micro-batch's compute
     overlap_dp: bool  # ZeRO-0/1 gradient all-reduce overlapped with the backward (bucketed, as DDP does)
-    bsh_passes: float | eager_elementwise.Precision = 0.0  # extra fp32 passes over b s h per layer (fwd + bwd), or
-    # each element-wise kernel's bytes counted from the model's code at this precision (``eager_elementwise``)
+    bsh_passes: float = 0.0  # extra fp32 passes over b s h per layer (fwd + bwd)
     ce_passes: float = 0.0  # fp32 passes over the b s V logits for the cross-entropy
     gemm_efficiency: float = compute.GEMM_EFFICIENCY  # share of the dense peak the framework's GEMMs reach
     exposed_share: float = 0.0  # share of overlapped sharded traffic that stays exposed (NCCL shares SMs and HBM)
@@ -147,6 +152,10 @@ class Profile:
     reuse_distance: float = math.inf
     source: str = ""
     dispatch_s: float = 0.0  # the host's seconds per op and pass, overlapping the GPU (``compute``); 0: none
+    # eager: each element-wise kernel's bytes (``eager_elementwise``) and each layer's ops per pass (``eager_ops``)
+    # counted from the model's code at this precision, in place of the fused kernels and ``kernels_per_layer``
+    counted: eager_elementwise.Precision | None = None
+    backward_dispatch_share: float = 1.0  # a backward op's host seconds as a share of ``dispatch_s`` (counted ops)
 
     @property
     def launch_per_layer_s(self) -> float:
@@ -157,6 +166,19 @@ class Profile:
     def dispatch_per_layer_s(self) -> float:
         """The host's seconds to issue one layer's ops in one pass, overlapping the GPU's (``compute.LayerTimes``)."""
         return self.kernels_per_layer * self.dispatch_s
+
+    def layer_kwargs(self, shape, counted: eager_elementwise.Precision | None = None) -> dict:
+        """The per-layer launch, dispatch and element-wise arguments of ``compute.layer_times`` for ``shape``:
+        ``kernels_per_layer`` in each pass, or (``counted``, default the profile's) each pass's counted ops."""
+        prec = counted or self.counted
+        if prec is None:
+            return {"launch_s": self.launch_per_layer_s, "dispatch_s": self.dispatch_per_layer_s,
+                    "unfused_passes": self.bsh_passes}
+        ops = eager_ops.layer_ops(shape, prec)
+        return {"launch_s": ops.forward * self.launch_s, "dispatch_s": ops.forward * self.dispatch_s,
+                "backward_launch_s": ops.backward * self.launch_s,
+                "backward_dispatch_s": ops.backward * self.dispatch_s * self.backward_dispatch_share,
+                "counted": prec}
 
     def measured_launch(self, seconds: float) -> Profile:
         """This profile with a calibration's measured per-op cost (a loop of one-element ops: host-bound, so the
@@ -177,10 +199,12 @@ PROFILES = {
                     True, FSDP_BSH_PASSES, CE_PASSES, FSDP_GEMM_EFFICIENCY, FSDP_EXPOSED_SHARE,
                     source="Zhao et al., VLDB 2023, section 3.3.2 (prefetching); nccl-tests issue 119 (ports); "
                            "GEMM share, exposed share and passes fitted once on datasets/llm_foundry_h100.toml"),
-    "eager": Profile("eager", "eager PyTorch + transformers", EAGER_KERNELS_PER_LAYER, compute.LAUNCH_S, True, False,
-                     True, EAGER_ELEMENTWISE, CE_PASSES, EAGER_GEMM_EFFICIENCY, embedding_backward=True,
-                     source="fitted once on datasets/h200_eager.toml (three H200 runs, issue 21)",
-                     dispatch_s=EAGER_DISPATCH_S),
+    "eager": Profile("eager", "eager PyTorch + transformers", 0, compute.LAUNCH_S, True, False, True,
+                     ce_passes=CE_PASSES, gemm_efficiency=EAGER_GEMM_EFFICIENCY, embedding_backward=True,
+                     source="GEMM share fitted once on datasets/h200_eager.toml (three H200 runs, issue 21); "
+                            "bytes and ops per layer counted from transformers' code",
+                     dispatch_s=EAGER_DISPATCH_S, counted=EAGER_ELEMENTWISE,
+                     backward_dispatch_share=EAGER_BACKWARD_DISPATCH_SHARE),
     "deepspeed-2021": Profile("deepspeed-2021", "DeepSpeed ZeRO-3 + Megatron-LM (2021)", compute.KERNELS_PER_LAYER,
                               compute.LAUNCH_S, False, True, False, exposed_share=DEEPSPEED_EXPOSED_SHARE,
                               attention="explicit", sp=False, pins_kernels=True,
@@ -211,15 +235,15 @@ def extra_seconds(shape, seq: int, micro_batch: int, tp: int, pp: int, dev, prof
     cross-entropy over b s V (split over tp: a vocab-parallel loss), and the embedding's backward (first stage;
     the stages run side by side, so counted once). ``cp`` context-parallel GPUs each hold s/cp of the rows;
     ``loss_s_per_logit`` (a calibration's measured cross-entropy) replaces the loss's passes."""
-    if not (prof.bsh_passes or prof.ce_passes or prof.embedding_backward):
+    if not (prof.bsh_passes or prof.counted or prof.ce_passes or prof.embedding_backward):
         return 0.0
     rows = micro_batch * seq / cp
     wide = rows * shape.hidden / (tp if sp else 1)
     logits = rows * shape.vocab / tp
     measured = bool(prof.ce_passes and loss_s_per_logit)
     nbytes = 0.0 if measured else prof.ce_passes * 4 * logits
-    if isinstance(prof.bsh_passes, eager_elementwise.Precision):
-        prec = prof.bsh_passes
+    if prof.counted is not None:
+        prec = prof.counted
         nbytes += shape.layers / pp * rows * eager_elementwise.layer_bytes(shape, prec, tp, sp).total
         nbytes += rows * eager_elementwise.final_norm_bytes(shape, prec).total
         nbytes += eager_elementwise.weight_cast_bytes(shape, prec, tp) / pp

@@ -65,11 +65,10 @@ def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype:
         prof = prof.measured_launch(launch_s)
     if not overlapped:
         prof = replace(prof, launch_s=prof.dispatch_s or prof.launch_s, dispatch_s=0.0)
-    if master_weights and isinstance(prof.bsh_passes, Precision):  # the lab's bf16-mixed: a bf16 model, no
-        prof = replace(prof, bsh_passes=Precision(2, autocast=False, dropout=False))  # autocast, dropout 0
+    if master_weights and prof.counted is not None:  # the lab's bf16-mixed: a bf16 model, no autocast, dropout 0
+        prof = replace(prof, counted=Precision(2, autocast=False, dropout=False))
     st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention_kind(attention) == "fused",
-                       launch_s=prof.launch_per_layer_s, gemm_efficiency=prof.gemm_efficiency,
-                       dispatch_s=prof.dispatch_per_layer_s, unfused_passes=prof.bsh_passes)
+                       gemm_efficiency=prof.gemm_efficiency, **prof.layer_kwargs(shape))
     extra = extra_seconds(shape, seq, batch, 1, 1, device, prof, loss_s_per_logit=loss_s_per_logit)
     out = {"forward": st["forward"], "backward": st["backward"] + extra,
            "optimizer": optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)}
