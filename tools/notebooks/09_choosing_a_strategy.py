@@ -11,7 +11,7 @@
 
 # %%
 from labkit import hardware, references
-from labkit.advisor import capstone, flow, reference_sets, search, summary
+from labkit.advisor import capstone, flow, holdout, reference_sets, search, summary
 from labkit.advisor import exercises as _exercises  # noqa: F401  (registers the 09.* exercises)
 from labkit.advisor.report import advice_text
 from labkit.measure import measure_step
@@ -169,18 +169,20 @@ assert megatron.feasible and not pure_dp.feasible
 # Megatron-LM as in 2021 (attention scores written out, no sequence parallelism, gradients
 # accumulated into fp32 in a separate pass), Megatron-Core with Transformer Engine (fused attention,
 # sequence parallelism, overlapped communication: the default, what a practitioner runs today),
-# PyTorch FSDP (which prefetches the next layer's parameters while the current one computes), and
-# eager PyTorch with transformers (one kernel launch per operation, norms and the loss in fp32).
-# A plan lists every assumption it took from its profile, each with the flag that overrides it.
-# Each profile's constants are sourced, or fitted on one named reference set, and every set is
-# checked below under its own profile: Narayanan et al.'s Tables 1 and 2 (SC 2021: GPT models from
-# 1.7 bn to 1 trillion parameters on up to 3,072 A100s), MosaicML llm-foundry's H100 table (MPT
-# models from 1 bn to 70 bn on 8 to 64 H100s with FSDP), steps measured on one H200 (two sets),
-# torchtitan's Llama 3 table on H100s and OPT-175B on 992 A100s. `labkit bench` also prints each
-# set judged with its profile's constants refitted without it (held out). Published step times
-# are derived from what the sources print (tokens per second, or the paper's equation 3 over its
-# TFLOP/s). A ratio above 1 means labkit predicts a slower step;
-# each table ends with the tolerance it is held to.
+# PyTorch FSDP (which prefetches the next layer's parameters while the current one computes),
+# DeepSpeed's ZeRO-3 of 2021 around Megatron's kernels (how the paper's Table 2 ran: "We integrated
+# ZeRO into our codebase using the DeepSpeed Python library"), and eager PyTorch with transformers
+# (every element-wise kernel of transformers' layer code counted, norms and the loss in fp32, the
+# host's per-operation dispatch running ahead of the GPU). A plan lists every assumption it took from
+# its profile, each with the flag that overrides it. Each profile's constants are sourced, or fitted
+# on one named reference set, and every set is checked below under its own profile: Narayanan et
+# al.'s Tables 1 and 2 (SC 2021: GPT models from 1.7 bn to 1 trillion parameters on up to 3,072
+# A100s), MosaicML llm-foundry's H100 table (MPT models from 1 bn to 70 bn on 8 to 64 H100s with
+# FSDP), steps measured on one H200 (two sets), torchtitan's Llama 3.1 table on H100s (its 8B rows
+# re-run every second matmul of a block in the backward: torchtitan's op-level selective recompute,
+# `--recompute op`) and OPT-175B on 992 A100s. Published step times are derived from what the
+# sources print (tokens per second, or the paper's equation 3 over its TFLOP/s). A ratio above 1
+# means labkit predicts a slower step; each table ends with the tolerance it is held to.
 
 # %%
 missed = set()
@@ -199,8 +201,28 @@ print(f"Table 1 ratios {min(r.ratio for r in table1):.2f} to {max(r.ratio for r 
 assert max(r.ratio for r in table1) - min(r.ratio for r in table1) <= 0.17
 
 # %% [markdown]
-# Every set stays within its tolerance except those printed as open, each with what is missing
-# (asserted: a set that starts to hold, or stops, fails the check). The same MPT 13B reaches about
+# **Held out.** A constant fitted on a set says little about how the model does on that same set.
+# So each set is judged a second time, with every constant that was fitted on it refitted on the
+# other sets of its profile by the same rule (the grid's value with the smallest worst-case
+# |log(predicted/published)|), or put back to its value before fitting where no other set runs
+# under that profile. The targets: every set within 15% in-sample and within 25% held out. A set
+# on which nothing is fitted has the same range both ways.
+
+# %%
+print(holdout.table())
+assert holdout.misses() == (set(holdout.IN_SAMPLE_OPEN), set(holdout.HELD_OUT_OPEN))  # the open sets, no other
+
+# %% [markdown]
+# The table says where the model has earned its figures. A set on which nothing is fitted (Table 1,
+# torchtitan, OPT-175B, the lab's own H200 loop) is judged by first principles and by constants
+# chosen on other runs. Each set that misses a target is printed as open with its reason, and the
+# assert fails the moment one starts to hold or another stops: Table 2's ZeRO-3 rows rest on two
+# constants that only that table supports (a ratio well under 1 held out means the priors predict
+# 2021's DeepSpeed far faster than it ran), and the eager sets show a gap the counted kernels and
+# operations do not close.
+#
+# Every set stays within its own tolerance above (asserted: a set that stops holding fails the
+# check, and one that is open says why). The same MPT 13B reaches about
 # the same throughput per GPU on 8 and on 64 H100s in llm-foundry's table, and in labkit's: FSDP
 # hides most of its gathers behind compute, and a node's eight network ports carry what is left.
 # The eager profile adds the time a fused framework does not spend: a launch per operation,
