@@ -123,6 +123,15 @@ ADAMW_BYTES = {"fused": 28, "foreach": _PASSES + 8, "lab": _PASSES}
 # the lab's MasterWeightAdamW under bf16-mixed also copies each 16-bit gradient to fp32 (r 2, w 4) and writes the
 # updated 16-bit weights from the fp32 master (r 4, w 2): labkit.rig.train
 MASTER_COPY_BYTES = 2 + 4 + 4 + 2
+# the lab's optimizer's host seconds per parameter tensor, in bare ops (one bare op: calibrate's launch_s, a
+# one-element torch.mul in a Python loop), by master weights: measured (issue 29, labkit.measure.optimizer_host) on
+# this repository's CPU host (torch 2.13, two cores) over 300 tensors of 8 elements, alternating with the bare op:
+# MasterWeightAdamW over bf16 weights 26-52 us per tensor beside 2.8-6.0 us per op, ratio 8.7-9.2 over six runs (the
+# cast, torch's single-tensor AdamW, the copy back, the loops); fp32's AdamW(foreach=False) 7.7-8.1 over three.
+# Taken to carry over to a GPU's host, whose bare op adds the launch call (as EAGER_BACKWARD_DISPATCH_SHARE does)
+LAB_ADAMW_HOST_OPS = {True: 9.0, False: 7.9}
+EAGER_BARE_OP_S = 9.4e-6  # one bare op on the H200's host: the calibration's launch_s in
+# datasets/measurements/h200-gpu-check-2026-12.jsonl (9.42 us); what a calibration's own launch_s replaces
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ profile adds (``profiles.extra_seconds``: unfused fp32 passes, the fp32 cross-en
 scatter-add backward), the same function the advisor's ``steptime.framework_seconds`` uses. The
 optimizer step is the implementation's bytes per parameter at memory bandwidth
 (``profiles.optimizer_seconds``), or a calibration's measured seconds per parameter. The host's dispatch
-overlaps the layers' kernels (``compute.LayerTimes``); the optimizer's is not priced: fused AdamW is one
-kernel, and the lab's single-tensor loop issues about ten ops per parameter tensor, whose host time (at the
-9.4 us one bare op took on the H200 of ``datasets/measurements/h200-gpu-check-2026-12.jsonl``) exceeds its
-bytes mostly on the small tensors (norms, K and V): about 8 ms of TinyLlama's step, which that set's
-measured TinyLlama row, already below the prediction, does not show. The default
+overlaps the layers' kernels (``compute.LayerTimes``); the lab's optimizer (``optimizer_host_seconds``) is a
+Python loop over every parameter tensor, whose host time (``profiles.LAB_ADAMW_HOST_OPS`` bare ops a tensor,
+measured) exceeds its bytes' on a model of many small tensors (GPT-2's biases and norms): on a GPU its step
+takes the slower of the two; the training loop's ``loss.item()`` (``rig.step.training_step``) empties the
+queue before it, so nothing of the backward hides it. On a CPU (``overlapped=False``) the optimizer stays
+its bytes or its measured seconds: there a calibration's ``launch_s`` is an OpenMP region's, not a bare op's.
+torch's foreach and fused AdamW launch a few kernels per step, not per tensor: no host term. The default
 profile is ``eager``: ``labkit measure``, ``tools/gpu_check.sh`` and ``labkit bench`` run eager PyTorch.
 The device is the catalogue's (the datasheet) or a calibrated one (``labkit.hardware.calibration``),
 whose measured launch cost replaces the profile's.
@@ -26,8 +28,9 @@ from labkit.hardware.types import Device
 from labkit.predict.attention import attention_kind
 from labkit.predict.compute import stage_seconds
 from labkit.predict.eager_elementwise import Precision
-from labkit.predict.profiles import extra_seconds, optimizer_seconds, profile
+from labkit.predict.profiles import EAGER_BARE_OP_S, LAB_ADAMW_HOST_OPS, extra_seconds, optimizer_seconds, profile
 from labkit.shapes import ModelShape
+from labkit.shapes.tensors import parameter_tensors
 
 DEFAULT_PROFILE = "eager"
 
@@ -45,6 +48,17 @@ def model_gemms(shape: ModelShape, rows: int) -> list[tuple[int, int, int, int]]
     up = 2 if shape.gated else 1
     counts = [shape.layers, shape.layers, up * shape.layers, shape.layers, 1]
     return [(m, n, k, c) for (m, n, k), c in zip(gemm_shapes(shape, rows), counts, strict=True)]
+
+
+def optimizer_host_seconds(shape: ModelShape, optimizer: str = "lab", master_weights: bool = False,
+                           bare_op_s: float = EAGER_BARE_OP_S) -> float:
+    """The host's seconds of one optimizer step: for the lab's single-tensor loop, its parameter tensors
+    (``shapes.tensors.parameter_tensors``) times ``profiles.LAB_ADAMW_HOST_OPS`` (measured in bare ops) times
+    one bare op's seconds (the H200's, ``profiles.EAGER_BARE_OP_S``, or a calibration's ``launch_s``); torch's
+    foreach and fused AdamW launch a few kernels a step: 0."""
+    if optimizer != "lab":
+        return 0.0
+    return len(parameter_tensors(shape)) * LAB_ADAMW_HOST_OPS[master_weights] * bare_op_s
 
 
 def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype: str = "bf16",
@@ -70,8 +84,11 @@ def step_seconds(shape: ModelShape, seq: int, batch: int, device: Device, dtype:
     st = stage_seconds(shape, seq, batch, 1, 1, device, dtype, flash=attention_kind(attention) == "fused",
                        gemm_efficiency=prof.gemm_efficiency, **prof.layer_kwargs(shape))
     extra = extra_seconds(shape, seq, batch, 1, 1, device, prof, loss_s_per_logit=loss_s_per_logit)
-    out = {"forward": st["forward"], "backward": st["backward"] + extra,
-           "optimizer": optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)}
+    opt = optimizer_seconds(shape.params, device, optimizer, master_weights, adamw_s_per_param)
+    if overlapped:  # the host's loop and the GPU's kernels overlap: the slower of the two
+        bare = EAGER_BARE_OP_S if launch_s is None else launch_s
+        opt = max(opt, optimizer_host_seconds(shape, optimizer, master_weights, bare))
+    out = {"forward": st["forward"], "backward": st["backward"] + extra, "optimizer": opt}
     return out | {"total": sum(out.values())}
 
 
