@@ -21,3 +21,12 @@ def main(quick: bool = False) -> None:
               f"target within {IN_SAMPLE_TOLERANCE:.0%}); leave-one-set-out {s.held_out[0]:.2f}-{s.held_out[1]:.2f} "
               f"(spread {s.held_out_spread:.2f}; target within {HELD_OUT_TOLERANCE:.0%})")
     print(f"\nEvery set in-sample and held out (leave one set out):\n{holdout.table()}")
+    from labkit.measure.optimizer_host import lab_adamw_host_ops
+    from labkit.predict.profiles import LAB_ADAMW_HOST_OPS
+
+    print("\nThe lab optimizer's host loop, re-measured on this CPU in bare ops per parameter tensor (the stored "
+          "multiple prices it on a GPU host)")
+    for master in (True, False):
+        r = lab_adamw_host_ops(master)
+        print(f"  {'MasterWeightAdamW (bf16-mixed)' if master else 'AdamW(foreach=False) (fp32)':<32} measured "
+              f"{r['ops']:.1f}, stored {LAB_ADAMW_HOST_OPS[master]:.1f} (a change to the optimizer's ops moves it)")
