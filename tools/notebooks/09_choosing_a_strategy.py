@@ -160,7 +160,8 @@ assert megatron.feasible and not pure_dp.feasible
 # kernels from a roofline of the GEMMs, attention and element-wise ops (GEMMs at 80% of the
 # peak, the low end of the "up to 80-90%" Dao's FlashAttention-2 paper gives for optimised GEMM),
 # then the schedule's pipeline bubble, each collective once at the bus bandwidth NCCL reaches
-# (over every network port of a node that the group's GPUs use), and Adam. Megatron-LM's
+# (over every network port of a node that the group's GPUs use; one port per GPU under the
+# DeepSpeed profile below, a choice fitted on its table), and Adam. Megatron-LM's
 # end-to-end figure (about half of peak) is an *output* of this sum, not an input: using it as the
 # kernels' efficiency and adding the bubble and communication again would count them twice.
 #
@@ -225,8 +226,8 @@ assert holdout.misses() == (set(holdout.IN_SAMPLE_OPEN), set(holdout.HELD_OUT_OP
 # check, and one that is open says why). The same MPT 13B reaches about
 # the same throughput per GPU on 8 and on 64 H100s in llm-foundry's table, and in labkit's: FSDP
 # hides most of its gathers behind compute, and a node's eight network ports carry what is left.
-# The eager profile adds the time a fused framework does not spend: a launch per operation,
-# unfused element-wise kernels and the fp32 logits of the loss.
+# The eager profile adds the time a fused framework does not spend: unfused element-wise kernels,
+# the fp32 logits of the loss, and the host's dispatch of every operation where it outruns the GPU.
 #
 # ## 6 · The selection flow
 #
