@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from labkit.advisor import holdout, reference_sets
 from labkit.advisor.holdout import HELD_OUT_TOLERANCE, IN_SAMPLE_TOLERANCE
+from labkit.predict.profiles import EAGER_BARE_OP_S
+
+# the tiny GPT's measured step on the H200 (datasets/measurements/h200-gpu-check-2026-12.jsonl, timing.measured)
+TINY_GPT_H200_S = 0.009385310999995511
 
 
 def main(quick: bool = False) -> None:
@@ -30,3 +34,18 @@ def main(quick: bool = False) -> None:
         r = lab_adamw_host_ops(master)
         print(f"  {'MasterWeightAdamW (bf16-mixed)' if master else 'AdamW(foreach=False) (fp32)':<32} measured "
               f"{r['ops']:.1f}, stored {LAB_ADAMW_HOST_OPS[master]:.1f} (a change to the optimizer's ops moves it)")
+    from labkit.measure.host_time import EAGER_CASES, layer_host_ops, tiny_gpt_step_ops
+    from labkit.predict.eager_ops import HOST_BARE_OPS
+
+    print("\nAn eager layer's host time, re-measured on this CPU in bare ops per layer (forward, backward) beside the "
+          "stored figures that price the eager profile (labkit.measure.host_time)")
+    for (arch, case), prec in EAGER_CASES.items():
+        r = layer_host_ops(arch, prec)
+        stored = HOST_BARE_OPS.get((arch, prec.weights, prec.autocast))
+        print(f"  {arch:8} {case:11} measured {r['forward']:.0f}, {r['backward']:.0f}; stored "
+              f"{f'{stored[0]:.0f}, {stored[1]:.0f}' if stored else 'none'}; outside the layers "
+              f"{r['outside_forward']:.0f}, {r['outside_backward']:.0f}")
+    s = tiny_gpt_step_ops()
+    print(f"  the lab's tiny GPT, one Trainer.step(): {s['ops']:.0f} bare ops, x the H200's "
+          f"{EAGER_BARE_OP_S * 1e6:.1f} us = {s['ops'] * EAGER_BARE_OP_S * 1e3:.2f} ms beside the "
+          f"{TINY_GPT_H200_S * 1e3:.2f} ms the H200 measured")

@@ -47,7 +47,7 @@ alone, from the shapes, so that the bubble and the collectives (``steptime``) ca
   waiting, so a host-bound forward is not made up in a GPU-bound backward; the lead a GPU-bound pass
   builds is left out (a small overestimate). A framework whose ops are counted per pass (eager,
   ``eager_ops``) gives the backward its own launches and dispatch: its ops run from autograd's C++
-  engine, without the forward's Python module calls (``profiles.EAGER_BACKWARD_DISPATCH_SHARE``);
+  engine, without the forward's Python module calls (each pass's host time measured: ``eager_ops.HOST_BARE_OPS``);
 * context parallelism over ``cp`` GPUs (Megatron-Core's context parallelism; Liu et al., "Ring
   Attention", 2023) gives each GPU s/cp of the sequence: its GEMMs and element-wise kernels run on
   b s/cp rows, and its attention on s/cp queries against all s keys (the K/V blocks come round the

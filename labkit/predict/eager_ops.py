@@ -100,3 +100,38 @@ def layer_ops(shape: ModelShape, prec: Precision = EAGER) -> LayerOps:
     if prec.dropout and prec.cuda and shape.dropout and shape.norm == "layernorm":  # resid_pdrop, twice a layer
         out += _same(2)
     return out
+
+
+# The host's bare ops (one bare op: calibrate's launch_s, a one-element torch.mul in a Python loop) of one layer's
+# forward and backward, by family, weights' bytes and autocast: measured (issue 29, labkit.measure.host_time) on this
+# repository's CPU host (torch 2.13, transformers 5.25, one thread) on tiny models (h = 16, 8 tokens: the kernels do
+# next to nothing) at 2 and 4 layers, their difference over 2 layers, the median of 7 rounds alternating with the
+# bare op; the median of three runs below (each run's forward, backward): TinyLlama's fp32 + autocast 145, 164, 139;
+# 161, 177, 143; Qwen2's bf16 + autocast 131, 136, 137; 147, 162, 153; GPT-2's fp32 + autocast + dropout 203, 203,
+# 203; 172, 186, 173; the lab's bf16 without autocast or dropout: Llama 144, 130, 138; 154, 143, 149; Qwen2 139,
+# 142, 137; 154, 150, 151; GPT-2 139, 136, 146; 126, 125, 128. Real ops cost the host 2-4 bare ops each (module
+# calls, autograd, autocast), not one. Taken to carry over to a GPU's host in bare ops, as the whole step of the
+# lab's tiny GPT does: 929-993 bare ops here, x the H200's 9.4 us = 8.7-9.3 ms beside its measured 9.39 ms
+# (datasets/measurements/h200-gpu-check-2026-12.jsonl); labkit bench re-measures them
+HOST_BARE_OPS = {("llama", 4, True): (145.0, 161.0), ("qwen2", 2, True): (136.0, 153.0),
+                 ("gpt2", 4, True): (203.0, 173.0), ("llama", 2, False): (138.0, 149.0),
+                 ("qwen2", 2, False): (139.0, 151.0), ("gpt2", 2, False): (139.0, 126.0)}
+
+
+def family(shape: ModelShape) -> str:
+    """The transformers family whose layer ``shape`` is, as ``shapes.hf_config`` reads it: GPT-2's layer norm,
+    Qwen2's biases on Q, K, V only, else Llama's."""
+    return "gpt2" if shape.norm == "layernorm" else "qwen2" if shape.qkv_bias else "llama"
+
+
+def host_bare_ops(shape: ModelShape, prec: Precision = EAGER) -> tuple[float, float]:
+    """The host's bare ops of one layer's forward and backward (``HOST_BARE_OPS``); at a precision not measured,
+    the family's measured bare ops per counted op (:func:`layer_ops`, the mean over its precisions) times this
+    precision's counted ops."""
+    fam, w = family(shape), prec.weight_bytes(shape)
+    if (fam, w, prec.autocast) in HOST_BARE_OPS:
+        return HOST_BARE_OPS[(fam, w, prec.autocast)]
+    rates = [(f / ops.forward, b / ops.backward) for (fm, wb, ac), (f, b) in HOST_BARE_OPS.items() if fm == fam
+             for ops in [layer_ops(shape, Precision(wb, ac, dropout=ac))]]
+    ops = layer_ops(shape, prec)
+    return (ops.forward * sum(r[0] for r in rates) / len(rates), ops.backward * sum(r[1] for r in rates) / len(rates))

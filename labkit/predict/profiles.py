@@ -37,11 +37,12 @@ prints the profile it was priced with.
   sdpa): per-operation dispatch and launch, element-wise ops unfused and norms in fp32 under
   autocast (each kernel's bytes counted from transformers' code, ``predict.eager_elementwise``),
   and the cross-entropy's fp32 logits over b s V (``CE_PASSES``); the host's per-op dispatch
-  (``EAGER_DISPATCH_S``) overlaps the GPU's kernels (``compute.LayerTimes``), which keep the GPU's 4 us
-  gap per launch. Fitted on the three H200 runs of ``datasets/h200_eager.toml`` (issue 21), re-fitted when
-  the embedding's backward and AdamW became explicit terms (issue 22, below) and when the dispatch became
-  an overlapped term (issue 29); since issue 29 only its GEMMs' share of the peak is fitted (three runs, one
-  constant).
+  (``eager_ops.HOST_BARE_OPS``: a layer's host time per pass measured in bare ops on tiny models, times the
+  H200 host's bare op ``EAGER_BARE_OP_S``) overlaps the GPU's kernels (``compute.LayerTimes``), which keep the
+  GPU's 4 us gap per counted launch. Fitted on the three H200 runs of ``datasets/h200_eager.toml`` (issue 21),
+  re-fitted when the embedding's backward and AdamW became explicit terms (issue 22, below) and when the dispatch became
+  an overlapped term and when the host's bare ops were measured (issue 29); since issue 29 only its GEMMs' share of
+  the peak is fitted (three runs, one constant).
 * ``deepspeed-2021``: DeepSpeed ZeRO-3 of 2021 driving Megatron-LM's model code, as the ZeRO-3 rows of
   Narayanan et al.'s Table 2 ran ("We integrated ZeRO into our codebase using the DeepSpeed Python
   library", section 5.2): ``megatron-2021``'s kernels (explicit attention, the fused kernels of section
@@ -82,19 +83,14 @@ from labkit.predict import compute, eager_elementwise, eager_ops
 # longer their sum). Issue 29 then counted the element-wise bytes (EAGER_ELEMENTWISE) in place of the fitted uniform
 # bsh_passes (270 passes, in-sample 1.14, 1.14, 0.86), and each layer's ops per pass (eager_ops) in place of the
 # 70 kernels per layer issue 22 fitted; only the GEMMs' share of the peak is fitted now
-EAGER_DISPATCH_S = 20e-6  # host seconds per forward op (Python, the module calls, the dispatcher, autocast, autograd's
-# node, the launch call): an assumption, about twice the 9.4 us one bare op took in a Python loop on the H200 of
-# datasets/measurements/h200-gpu-check-2026-12.jsonl (its calibration's launch_s); not fitted
-EAGER_BACKWARD_DISPATCH_SHARE = 0.65  # a backward op's host seconds as a share of a forward op's: autograd's C++ engine
-# runs it, without the forward's Python module calls. Measured (issue 29) on the CPU host of this repository's tests
-# (torch 2.13, transformers 5.25, one thread): tiny Llama, Qwen2 and GPT-2 blocks (h = 16, 4 tokens, kernels of a few
-# hundred elements) ran their forward at 9.6-17.5 us and their backward at 6.7-10.8 us per counted op (eager_ops),
-# a ratio of 0.62-0.70 over the six precisions of tests/test_eager_ops.py; taken to carry over to the H200's host
-EAGER_GEMM_EFFICIENCY = 0.50  # fitted on h200_eager.toml (holdout.FITTED, grid 0.50-0.80: minimax at its floor; 0.45
-# and 0.40 are worse) once the element-wise bytes and the ops were counted: in-sample 1.08, 1.13, 0.85. GPT-2 stays
-# 20-25% below the Llamas: not its bytes (tests/test_eager_elementwise.py) nor its op count (tests/test_eager_ops.py:
-# 31 and 48 ops against the Llamas' 48-51 and 87-93); its host seconds per op (above the Llamas' on the CPU) or its
-# GEMMs at h = 1024, neither measured per shape on the H200
+# The host's seconds of a layer's pass: eager_ops.HOST_BARE_OPS (measured on the CPU in bare ops, by family and
+# precision: labkit.measure.host_time) x EAGER_BARE_OP_S, the H200 host's bare op (or a calibration's launch_s);
+# issue 29 first assumed 20 us per counted op forward, 0.65 of it backward: 2-4x below the measured bare ops
+EAGER_GEMM_EFFICIENCY = 0.55  # fitted on h200_eager.toml (holdout.FITTED, grid 0.50-0.80, minimax of |log ratio|)
+# once the host's bare ops per layer were measured (eager_ops.HOST_BARE_OPS): in-sample 1.03, 1.06, 0.95 (0.50 gives
+# 1.08, 1.13, 0.97; 0.60 0.98, 1.01, 0.93). With the dispatch assumed at 20 us per counted op it sat at the grid's
+# floor with GPT-2 medium 0.85: GPT-2's layer costs its host 203 + 173 bare ops (fp32 weights under autocast, its
+# dropouts), more than the Llamas' for fewer counted ops, which the assumed per-op cost left out
 EAGER_ELEMENTWISE = eager_elementwise.Precision()  # each element-wise kernel of a transformers layer counted from its
 # code (autocast bf16 over the weights' dtype as built, dropout where the config has it, CUDA's kernels), and each
 # layer's ops per pass (eager_ops); not fitted
@@ -128,7 +124,7 @@ MASTER_COPY_BYTES = 2 + 4 + 4 + 2
 # this repository's CPU host (torch 2.13, two cores) over 300 tensors of 8 elements, alternating with the bare op:
 # MasterWeightAdamW over bf16 weights 26-52 us per tensor beside 2.8-6.0 us per op, ratio 8.7-9.2 over six runs (the
 # cast, torch's single-tensor AdamW, the copy back, the loops); fp32's AdamW(foreach=False) 7.7-8.1 over three.
-# Taken to carry over to a GPU's host, whose bare op adds the launch call (as EAGER_BACKWARD_DISPATCH_SHARE does)
+# Taken to carry over to a GPU's host, whose bare op adds the launch call (as eager_ops.HOST_BARE_OPS does)
 LAB_ADAMW_HOST_OPS = {True: 9.0, False: 7.9}
 EAGER_BARE_OP_S = 9.4e-6  # one bare op on the H200's host: the calibration's launch_s in
 # datasets/measurements/h200-gpu-check-2026-12.jsonl (9.42 us); what a calibration's own launch_s replaces
@@ -165,6 +161,7 @@ class Profile:
     # counted from the model's code at this precision, in place of the fused kernels and ``kernels_per_layer``
     counted: eager_elementwise.Precision | None = None
     backward_dispatch_share: float = 1.0  # a backward op's host seconds as a share of ``dispatch_s`` (counted ops)
+    host_measured: bool = False  # counted: the host's pass is ``eager_ops.host_bare_ops`` x ``dispatch_s`` (a bare op)
 
     @property
     def launch_per_layer_s(self) -> float:
@@ -184,9 +181,10 @@ class Profile:
             return {"launch_s": self.launch_per_layer_s, "dispatch_s": self.dispatch_per_layer_s,
                     "unfused_passes": self.bsh_passes}
         ops = eager_ops.layer_ops(shape, prec)
-        return {"launch_s": ops.forward * self.launch_s, "dispatch_s": ops.forward * self.dispatch_s,
-                "backward_launch_s": ops.backward * self.launch_s,
-                "backward_dispatch_s": ops.backward * self.dispatch_s * self.backward_dispatch_share,
+        host = (eager_ops.host_bare_ops(shape, prec) if self.host_measured
+                else (ops.forward, ops.backward * self.backward_dispatch_share))
+        return {"launch_s": ops.forward * self.launch_s, "dispatch_s": host[0] * self.dispatch_s,
+                "backward_launch_s": ops.backward * self.launch_s, "backward_dispatch_s": host[1] * self.dispatch_s,
                 "counted": prec}
 
     def measured_launch(self, seconds: float) -> Profile:
@@ -212,8 +210,7 @@ PROFILES = {
                      ce_passes=CE_PASSES, gemm_efficiency=EAGER_GEMM_EFFICIENCY, embedding_backward=True,
                      source="GEMM share fitted once on datasets/h200_eager.toml (three H200 runs, issue 21); "
                             "bytes and ops per layer counted from transformers' code",
-                     dispatch_s=EAGER_DISPATCH_S, counted=EAGER_ELEMENTWISE,
-                     backward_dispatch_share=EAGER_BACKWARD_DISPATCH_SHARE),
+                     dispatch_s=EAGER_BARE_OP_S, counted=EAGER_ELEMENTWISE, host_measured=True),
     "deepspeed-2021": Profile("deepspeed-2021", "DeepSpeed ZeRO-3 + Megatron-LM (2021)", compute.KERNELS_PER_LAYER,
                               compute.LAUNCH_S, False, True, False, exposed_share=DEEPSPEED_EXPOSED_SHARE,
                               attention="explicit", sp=False, pins_kernels=True,
