@@ -53,7 +53,7 @@ def test_opt_175b_is_priced_within_20_percent() -> None:
 
 
 def test_bench_prints_both_ratios_with_their_spread(capsys) -> None:
-    bench.main()
+    bench.main(quick=True)
     out = capsys.readouterr().out
     assert out.count("leave-one-set-out") == len(rs.SETS) and "fitted on h200-eager" in out
 
