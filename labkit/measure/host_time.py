@@ -27,6 +27,7 @@ import torch
 
 from labkit.measure.calibrate import _per_call, _timed
 from labkit.predict.eager_elementwise import Precision
+from labkit.shapes.hf_models import build_model, small_spec
 
 ARCHS = ("tinygpt", "llama", "qwen2", "gpt2")
 DEPTHS = (2, 4)
@@ -45,27 +46,11 @@ def _model(arch: str, layers: int, prec: Precision) -> tuple[torch.nn.Module, Ca
         model = TinyGPT(GPTConfig(vocab_size=VOCAB, n_layer=layers, d_model=8, n_head=2, seq_len=SEQ, dropout=drop))
         def loss() -> torch.Tensor:
             return model(ids, ids)[1]
-    else:
-        from transformers import (
-            GPT2Config,
-            GPT2LMHeadModel,
-            LlamaConfig,
-            LlamaForCausalLM,
-            Qwen2Config,
-            Qwen2ForCausalLM,
-        )
+    else:  # TinyLlama's untied head, Qwen2-1.5B's tied one (datasets/hf_configs); GPT-2's MLP at 4 h
+        spec = small_spec(arch, layers, HIDDEN, HEADS, KV_HEADS, 4 * HIDDEN if arch == "gpt2" else FFN, VOCAB,
+                          **({"tie_word_embeddings": True} if arch == "qwen2" else {}))
+        model = build_model(spec, "sdpa", dropout=drop if arch == "gpt2" else None)
 
-        if arch == "gpt2":
-            cfg = GPT2Config(n_embd=HIDDEN, n_head=HEADS, n_layer=layers, vocab_size=VOCAB, n_positions=64,
-                             resid_pdrop=drop, attn_pdrop=drop, embd_pdrop=drop, bos_token_id=0, eos_token_id=0)
-            kind = GPT2LMHeadModel
-        else:  # TinyLlama's untied head, Qwen2-1.5B's tied one (datasets/hf_configs)
-            cls, kind = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
-            cfg = cls(hidden_size=HIDDEN, intermediate_size=FFN, num_attention_heads=HEADS,
-                      num_key_value_heads=KV_HEADS, num_hidden_layers=layers, vocab_size=VOCAB,
-                      max_position_embeddings=64, tie_word_embeddings=arch == "qwen2")
-        cfg._attn_implementation = "sdpa"
-        model = kind(cfg)
         def loss() -> torch.Tensor:
             return model(input_ids=ids, labels=ids).loss
     model.to(_DTYPES[prec.weights or 4]).train()
