@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from tiny_blocks import counted_pass, tiny_block
 
 from labkit.predict import eager_elementwise as ew
 from labkit.shapes import ModelShape
@@ -32,67 +33,26 @@ def _stored(t) -> int:
     return math.prod(n for n, st in zip(t.shape, t.stride(), strict=True) if st != 0) * t.element_size()
 
 
-def _counted_bytes(block, x_of, autocast: bool) -> tuple[int, int]:
+def _measured(family: str, dtype, autocast: bool) -> ew.LayerBytes:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
-    class Count(TorchDispatchMode):
+    class Bytes(TorchDispatchMode):
         total = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if func._overloadpacket.__name__ not in NOT_ELEMENTWISE:
                 ts = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
-                Count.total += sum(_stored(t) for t in ts)
+                self.total += sum(_stored(t) for t in ts)
             return out
 
-    x, extra = x_of()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        extra = extra()
-        Count.total = 0
-        with Count():
-            y = block(x, **extra)
-    fwd = Count.total
-    y = y[0] if isinstance(y, tuple) else y
-    grad = torch.randn_like(y)
-    Count.total = 0
-    with Count():
-        y.backward(grad)
-    return fwd, Count.total
-
-
-def _measured(family: str, dtype, autocast: bool) -> ew.LayerBytes:
-    from transformers import GPT2Config, LlamaConfig, Qwen2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
-
-    torch.manual_seed(0)
-    if family == "gpt2":
-        cfg = GPT2Config(n_embd=64, n_head=8, n_layer=1, vocab_size=128, resid_pdrop=0.0, attn_pdrop=0.0,
-                         embd_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-        cfg._attn_implementation = "sdpa"
-        block = GPT2Block(cfg, 0).to(dtype)
-    else:
-        kind = LlamaConfig if family == "llama" else Qwen2Config
-        cfg = kind(hidden_size=64, intermediate_size=176, num_attention_heads=8, num_key_value_heads=2,
-                   num_hidden_layers=1, vocab_size=128)
-        cfg._attn_implementation = "sdpa"
-        layer, rope = ((LlamaDecoderLayer, LlamaRotaryEmbedding) if family == "llama"
-                       else (Qwen2DecoderLayer, Qwen2RotaryEmbedding))
-        block, rot = layer(cfg, 0).to(dtype), rope(cfg)
-    block.train()
+    block, rope = tiny_block(family, dtype, 64, 176, 8)
     runs = []
     for b in (2, 4):
         block.zero_grad(set_to_none=True)  # each run's weight gradients written, not added into the last run's
-
-        def x_of(b=b):
-            x = torch.randn(b, SEQ, 64, dtype=dtype, requires_grad=True)
-            if family == "gpt2":
-                return x, dict
-            pos = torch.arange(SEQ)[None].expand(b, SEQ)
-            return x, lambda: {"position_embeddings": tuple(t.detach() for t in rot(x, pos))}
-        runs.append(_counted_bytes(block, x_of, autocast))
+        x = torch.randn(b, SEQ, 64, dtype=dtype, requires_grad=True)
+        runs.append(counted_pass(block, rope, x, autocast, Bytes()))
     tokens = 2 * SEQ
     return ew.LayerBytes((runs[1][0] - runs[0][0]) / tokens, (runs[1][1] - runs[0][1]) / tokens)
 

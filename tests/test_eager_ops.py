@@ -10,6 +10,7 @@ the rows run with ``cuda=False`` and no dropout; the CUDA-only terms are checked
 from __future__ import annotations
 
 import pytest
+from tiny_blocks import counted_pass, tiny_block
 
 from labkit.predict import eager_ops
 from labkit.predict.eager_elementwise import DTYPE_BYTES, Precision
@@ -28,48 +29,17 @@ def _launches(func) -> bool:
 
 def _counted(family: str, dtype, autocast: bool, h: int, ffn: int) -> eager_ops.LayerOps:
     from torch.utils._python_dispatch import TorchDispatchMode
-    from transformers import GPT2Config, LlamaConfig, Qwen2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding
 
-    class Count(TorchDispatchMode):
-        n = 0
+    class Ops(TorchDispatchMode):
+        total = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.n += _launches(func)
+            self.total += _launches(func)
             return func(*args, **(kwargs or {}))
 
-    torch.manual_seed(0)
+    block, rope = tiny_block(family, dtype, h, ffn, 4)
     x = torch.randn(2, SEQ, h, dtype=dtype, requires_grad=True)
-    extra = {}
-    if family == "gpt2":
-        cfg = GPT2Config(n_embd=h, n_head=4, n_layer=1, vocab_size=64, resid_pdrop=0.0, attn_pdrop=0.0,
-                         embd_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-        cfg._attn_implementation = "sdpa"
-        block = GPT2Block(cfg, 0).to(dtype)
-    else:
-        kind = LlamaConfig if family == "llama" else Qwen2Config
-        cfg = kind(hidden_size=h, intermediate_size=ffn, num_attention_heads=4, num_key_value_heads=2,
-                   num_hidden_layers=1, vocab_size=64)
-        cfg._attn_implementation = "sdpa"
-        layer, rope = ((LlamaDecoderLayer, LlamaRotaryEmbedding) if family == "llama"
-                       else (Qwen2DecoderLayer, Qwen2RotaryEmbedding))
-        block = layer(cfg, 0).to(dtype)
-        pos = torch.arange(SEQ)[None].expand(2, SEQ)
-        extra = {"position_embeddings": tuple(t.detach() for t in rope(cfg)(x, pos))}
-    block.train()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        Count.n = 0
-        with Count():
-            y = block(x, **extra)
-    fwd = Count.n
-    y = y[0] if isinstance(y, tuple) else y
-    grad = torch.randn_like(y)
-    Count.n = 0
-    with Count():
-        y.backward(grad)
-    return eager_ops.LayerOps(fwd, Count.n)
+    return eager_ops.LayerOps(*counted_pass(block, rope, x, autocast, Ops()))
 
 
 TINY = {"llama": dict(ffn=0, kv_heads=2, gated=True, norm="rmsnorm", bias=False, tied=False, learned_pos=False),
