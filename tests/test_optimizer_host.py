@@ -58,3 +58,12 @@ def test_the_lab_optimizer_is_the_slower_of_its_bytes_and_its_host_loop() -> Non
     # GPT-2 medium's 292 tensors, many of them 1024-element biases and norms: host-bound; TinyLlama's bytes win
     assert host > profiles.optimizer_seconds(gpt2.params, H200, "lab", True)
     assert optimizer_host_seconds(llama, "lab", True) < profiles.optimizer_seconds(llama.params, H200, "lab", True)
+
+
+def test_the_h200_bare_op_is_the_gpu_checks_calibration_and_the_tiny_gpt_row_is_read_from_it() -> None:
+    from labkit.advisor import reference_sets as rs
+    from labkit.predict.allocator import records
+
+    (cal,) = [r for r in records(rs.GPU_CHECK) if r.get("what") == "calibration"]
+    assert profiles.EAGER_BARE_OP_S == pytest.approx(cal["launch_s"], rel=0.01)
+    assert 0.005 < rs.tiny_gpt_measured_s() < 0.02  # a step of host time alone, milliseconds

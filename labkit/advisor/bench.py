@@ -6,9 +6,6 @@ from labkit.advisor import holdout, reference_sets
 from labkit.advisor.holdout import HELD_OUT_TOLERANCE, IN_SAMPLE_TOLERANCE
 from labkit.predict.profiles import EAGER_BARE_OP_S
 
-# the tiny GPT's measured step on the H200 (datasets/measurements/h200-gpu-check-2026-12.jsonl, timing.measured)
-TINY_GPT_H200_S = 0.009385310999995511
-
 
 def main(quick: bool = False) -> None:
     """Print each reference set's table (``reference_sets.table``), its fitted constants with their source sets,
@@ -58,4 +55,4 @@ def print_host_measurements() -> None:
     s = tiny_gpt_step_ops()
     print(f"  the lab's tiny GPT, one Trainer.step(): {s['ops']:.0f} bare ops, x the H200's "
           f"{EAGER_BARE_OP_S * 1e6:.1f} us = {s['ops'] * EAGER_BARE_OP_S * 1e3:.2f} ms beside the "
-          f"{TINY_GPT_H200_S * 1e3:.2f} ms the H200 measured")
+          f"{reference_sets.tiny_gpt_measured_s() * 1e3:.2f} ms the H200 measured")

@@ -29,7 +29,6 @@ recompute (``labkit.predict.estimate.training_flops``), the unit llm-foundry's M
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +37,7 @@ from labkit.advisor import calibration, costing, search
 from labkit.advisor.costing import Layout
 from labkit.errors import read_toml, require_choice
 from labkit.hardware import gpu
+from labkit.predict.allocator import records
 from labkit.predict.estimate import training_flops
 from labkit.predict.step_seconds import step_seconds
 from labkit.predict.tables import text_table
@@ -45,6 +45,7 @@ from labkit.shapes import ModelShape, model_shape
 from labkit.shapes.hf_config import shape_from_hf_config
 
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+GPU_CHECK = DATASETS / "measurements" / "h200-gpu-check-2026-12.jsonl"
 SETS = ("sc21-table1", "sc21-table2", "llm-foundry-h100", "h200-eager", "h200-gpu-check", "torchtitan-h100",
         "opt-175b")
 FRAMEWORK = {"sc21-table1": "megatron-2021", "sc21-table2": "deepspeed-2021", "llm-foundry-h100": "fsdp",
@@ -137,7 +138,7 @@ def _gpu_check() -> list[Reference]:
     catalogue's H200, lab AdamW with master copies). The tiny GPT (118,720 parameters) is left out: a model of
     that size times the host's Python, not the GPU this set is about."""
     out = []
-    for rec in map(json.loads, (DATASETS / "measurements" / "h200-gpu-check-2026-12.jsonl").read_text().splitlines()):
+    for rec in records(GPU_CHECK):
         if rec.get("what") != "model" or rec.get("config") is None:
             continue
         shape, b, s = shape_from_hf_config(rec["config"]), rec["setup"]["batch"], rec["setup"]["seq"]
@@ -146,6 +147,13 @@ def _gpu_check() -> list[Reference]:
         out.append(Reference("h200-gpu-check", f"{rec['config']} {b}x{s}", 1, Layout(1, 1, 1, b),
                              rec["timing"]["measured"], predicted["total"], training_flops(shape, s, b), True))
     return out
+
+
+def tiny_gpt_measured_s() -> float:
+    """The tiny GPT's step as ``tools/gpu_check.sh`` measured it on that H200: a step of host time alone, the check
+    on the eager profile's host figures that ``labkit bench`` prints (``measure.host_time``)."""
+    (rec,) = [r for r in records(GPU_CHECK) if r.get("what") == "model" and r.get("model") == "tiny-gpt"]
+    return rec["timing"]["measured"]
 
 
 def _torchtitan() -> list[Reference]:
