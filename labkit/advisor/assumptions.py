@@ -97,10 +97,8 @@ def lines(prof: Profile, given: dict | None = None, overrides: dict | None = Non
             "ops per layer counted from the model's code (forward, backward)")
            + f" x {prof.launch_s * 1e6:g} us launch ({prof.label})"
            + (f"; the host's time per layer measured in bare ops (labkit.measure.host_time) x "
-              f"{prof.dispatch_s * 1e6:g} us a bare op, overlapping them" if prof.host_measured else
-              f", {prof.dispatch_s * 1e6:g} us host dispatch each, overlapping them" if prof.dispatch_s else "")
-           + (f" ({prof.backward_dispatch_share:g} of it in the backward)"
-              if prof.backward_dispatch_share != 1 and not prof.host_measured else "")]
+              f"{prof.dispatch_s * 1e6:g} us a bare op, overlapping them" if prof.counted is not None else
+              f", {prof.dispatch_s * 1e6:g} us host dispatch each, overlapping them" if prof.dispatch_s else "")]
     for field, (name, what) in OVERRIDES.items():
         value = getattr(prof, field)
         if field in NUMERIC:

@@ -159,9 +159,8 @@ class Profile:
     dispatch_s: float = 0.0  # the host's seconds per op and pass, overlapping the GPU (``compute``); 0: none
     # eager: each element-wise kernel's bytes (``eager_elementwise``) and each layer's ops per pass (``eager_ops``)
     # counted from the model's code at this precision, in place of the fused kernels and ``kernels_per_layer``
+    # counted too: the host's pass is the measured ``eager_ops.host_bare_ops`` x ``dispatch_s`` (then a bare op)
     counted: eager_elementwise.Precision | None = None
-    backward_dispatch_share: float = 1.0  # a backward op's host seconds as a share of ``dispatch_s`` (counted ops)
-    host_measured: bool = False  # counted: the host's pass is ``eager_ops.host_bare_ops`` x ``dispatch_s`` (a bare op)
 
     @property
     def launch_per_layer_s(self) -> float:
@@ -181,8 +180,7 @@ class Profile:
             return {"launch_s": self.launch_per_layer_s, "dispatch_s": self.dispatch_per_layer_s,
                     "unfused_passes": self.bsh_passes}
         ops = eager_ops.layer_ops(shape, prec)
-        host = (eager_ops.host_bare_ops(shape, prec) if self.host_measured
-                else (ops.forward, ops.backward * self.backward_dispatch_share))
+        host = eager_ops.host_bare_ops(shape, prec)
         return {"launch_s": ops.forward * self.launch_s, "dispatch_s": host[0] * self.dispatch_s,
                 "backward_launch_s": ops.backward * self.launch_s, "backward_dispatch_s": host[1] * self.dispatch_s,
                 "counted": prec}
@@ -210,7 +208,7 @@ PROFILES = {
                      ce_passes=CE_PASSES, gemm_efficiency=EAGER_GEMM_EFFICIENCY, embedding_backward=True,
                      source="GEMM share fitted once on datasets/h200_eager.toml (three H200 runs, issue 21); "
                             "bytes and ops per layer counted from transformers' code",
-                     dispatch_s=EAGER_BARE_OP_S, counted=EAGER_ELEMENTWISE, host_measured=True),
+                     dispatch_s=EAGER_BARE_OP_S, counted=EAGER_ELEMENTWISE),
     "deepspeed-2021": Profile("deepspeed-2021", "DeepSpeed ZeRO-3 + Megatron-LM (2021)", compute.KERNELS_PER_LAYER,
                               compute.LAUNCH_S, False, True, False, exposed_share=DEEPSPEED_EXPOSED_SHARE,
                               attention="explicit", sp=False, pins_kernels=True,
