@@ -42,9 +42,30 @@ def test_holding_a_set_out_changes_only_the_constants_fitted_on_it_and_restores_
 
 def test_every_fitted_constant_names_its_source_set_and_the_value_it_holds() -> None:
     for c in holdout.FITTED:
-        assert c.source in rs.SETS and rs.FRAMEWORK[c.source] == c.profile
+        assert c.fitted_on and all(s in rs.SETS and rs.FRAMEWORK[s] == c.profile for s in c.fitted_on)
         assert getattr(profiles.PROFILES[c.profile], c.field) in c.grid
     assert any("fitted on llm-foundry-h100" in s for s in holdout.sources("torchtitan-h100"))
+
+
+def test_table2_models_are_each_judged_by_constants_chosen_on_the_other_alone() -> None:
+    """Table 2's two models are two sets: holding one out refits deepspeed-2021's two constants on the other's three
+    rows only, which choose one port and half exposed again, so each model's held-out rows are its in-sample ones."""
+    assert rs.FRAMEWORK["sc21-table2-175b"] == rs.FRAMEWORK["sc21-table2-530b"] == "deepspeed-2021"
+    mine = [c for c in holdout.FITTED if c.profile == "deepspeed-2021"]
+    assert {c.fitted_on for c in mine} == {("sc21-table2-175b", "sc21-table2-530b")}
+    for held, other in (("sc21-table2-175b", "sc21-table2-530b"), ("sc21-table2-530b", "sc21-table2-175b")):
+        assert holdout.held_out_values(held) == ({"aggregate_ports": False, "exposed_share": 0.5}, [other])
+        assert holdout.leave_one_out(held) == rs.compare(held)
+    assert holdout.refit("deepspeed-2021", mine, []) == {"aggregate_ports": True, "exposed_share": 0.0}  # the priors
+
+
+def test_at_priors_puts_back_every_fitted_constant_and_restores_them() -> None:
+    """Table 2 at the priors (every port, nothing exposed) is the 3-5x optimistic model the fit replaced."""
+    before = profiles.PROFILES["deepspeed-2021"]
+    bare = holdout.at_priors("sc21-table2-175b")
+    assert profiles.PROFILES["deepspeed-2021"] is before
+    assert max(r.ratio for r in bare) < 0.7 < min(r.ratio for r in rs.compare("sc21-table2-175b"))
+    assert holdout.at_priors("sc21-table1") == rs.compare("sc21-table1")  # megatron-2021 has nothing fitted
 
 
 def test_opt_175b_is_priced_within_20_percent() -> None:

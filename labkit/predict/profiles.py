@@ -56,9 +56,14 @@ prints the profile it was priced with.
   so under full recompute the backward gathers again every matrix whose reuse distance (the parameters of
   the layer's later matrices, recomputed forward then backward) exceeds it (``Profile.reuse_distance``,
   ``advisor.steptime.regather_share``): two thirds of a 175B layer, nothing of a 13B one. A data-parallel
-  ring spanning nodes runs over one port per GPU, not a node's aggregate: chosen on Table 2 (its
-  communication-bound rows move 3.7 x 2 Psi bytes per GPU in 66.7 s and 180 s, about one HDR port's
-  NCCL bus bandwidth, ``holdout.FITTED``).
+  ring spanning nodes runs over one port per GPU, not a node's aggregate, and half of the gathers stay
+  exposed: both chosen on Table 2 (its communication-bound rows move 3.7 x 2 Psi bytes per GPU in 66.7 s and
+  180 s, about one HDR port's NCCL bus bandwidth, ``holdout.FITTED``), fitted stand-ins for what the 2021 code
+  paid beyond the bytes: its stage 3 called ``torch.cuda.synchronize()`` before every parameter's all-gather,
+  so the prefetch was "not async at all" (DeepSpeed PR 1188, June 2021, on DeepSpeed 0.3.16), and gathered
+  each parameter into a list of one tensor per rank, which torch's NCCL process group fills with one copy per
+  rank (``ProcessGroupNCCL::allgather``). No second publication of that code with its shapes exists, so the
+  table's two models are two reference sets, each judged by the values chosen on the other's rows alone.
 
 Two terms the ``eager`` profile (``nn.Embedding`` and AdamW run as PyTorch ships them) prices explicitly
 (:func:`extra_seconds`, the one function the advisor's ``steptime.framework_seconds`` and
@@ -99,7 +104,8 @@ CE_PASSES = 4  # fp32 logits over b s V: written, read by log-softmax, gradient 
 GRAD_ACCUM_BYTES = 2 + 4 + 4
 # deepspeed-2021: DeepSpeed's configuration documentation, stage3_max_reuse_distance (default 1e9 parameters)
 DEEPSPEED_REUSE_DISTANCE = 1e9
-# deepspeed-2021: share of prefetched ZeRO-3 traffic left exposed; fitted on sc21-table2 (holdout.FITTED)
+# deepspeed-2021: share of prefetched ZeRO-3 traffic left exposed; fitted on sc21-table2-175b and -530b together, and
+# chosen again on either alone (holdout.FITTED)
 DEEPSPEED_EXPOSED_SHARE = 0.5
 # fsdp: fitted once on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s)
 FSDP_GEMM_EFFICIENCY = 0.60  # nn.Linear under autocast in a sharded model: below the 0.80 of tuned GEMMs

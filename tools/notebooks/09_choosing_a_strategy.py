@@ -177,14 +177,15 @@ assert megatron.feasible and not pure_dp.feasible
 # the host's time per layer, measured on a CPU in units of one bare operation and scaled by the
 # H200 host's, running ahead of the GPU). A plan lists every assumption it took from
 # its profile, each with the flag that overrides it. Each profile's constants are sourced, or fitted
-# on one named reference set, and every set is checked below under its own profile: Narayanan et
-# al.'s Tables 1 and 2 (SC 2021: GPT models from 1.7 bn to 1 trillion parameters on up to 3,072
-# A100s), MosaicML llm-foundry's H100 table (MPT models from 1 bn to 70 bn on 8 to 64 H100s with
-# FSDP), steps measured on one H200 (two sets), torchtitan's Llama 3.1 table on H100s (its 8B rows
-# re-run every second matmul of a block in the backward: torchtitan's op-level selective recompute,
-# `--recompute op`) and OPT-175B on 992 A100s. Published step times are derived from what the
-# sources print (tokens per second, or the paper's equation 3 over its TFLOP/s). A ratio above 1
-# means labkit predicts a slower step; each table ends with the tolerance it is held to.
+# on named reference sets, and every set is checked below under its own profile: Narayanan et al.'s
+# Tables 1 and 2 (SC 2021: GPT models from 1.7 bn to 1 trillion parameters on up to 3,072 A100s;
+# Table 2's ZeRO-3 rows as two sets, its 175 bn and its 530 bn model), MosaicML llm-foundry's H100
+# table (MPT models from 1 bn to 70 bn on 8 to 64 H100s with FSDP), steps measured on one H200 (two
+# sets), torchtitan's Llama 3.1 table on H100s (its 8B rows re-run every second matmul of a block in
+# the backward: torchtitan's op-level selective recompute, `--recompute op`) and OPT-175B on 992
+# A100s. Published step times are derived from what the sources print (tokens per second, or the
+# paper's equation 3 over its TFLOP/s). A ratio above 1 means labkit predicts a slower step; each
+# table ends with the tolerance it is held to.
 
 # %%
 missed = set()
@@ -208,19 +209,40 @@ assert max(r.ratio for r in table1) - min(r.ratio for r in table1) <= 0.17
 # other sets of its profile by the same rule (the grid's value with the smallest worst-case
 # |log(predicted/published)|), or put back to its value before fitting where no other set runs
 # under that profile. The targets: every set within 15% in-sample and within 25% held out. A set
-# on which nothing is fitted has the same range both ways.
+# on which nothing is fitted has the same range both ways. Under the table, each set whose profile
+# has fitted constants is priced once more with all of them put back to their values before
+# fitting: how much of the agreement the fitted constants carry. Before those lines, the values
+# each held-out set is judged by, and the sets they were chosen on.
 
 # %%
 print(holdout.table())
 assert holdout.misses() == (set(holdout.IN_SAMPLE_OPEN), set(holdout.HELD_OUT_OPEN))  # the open sets, no other
+for name in reference_sets.SETS:
+    values, chosen_on = holdout.held_out_values(name)
+    if values:
+        print(f"{name} held out: {', '.join(f'{k} = {v}' for k, v in values.items())}, "
+              f"chosen on {', '.join(chosen_on) or 'nothing (the priors)'}")
+for name in reference_sets.SETS:
+    if holdout.sources(name):
+        bare = [r.ratio for r in holdout.at_priors(name)]
+        print(f"{name}: {min(bare):.2f}-{max(bare):.2f} with every fitted constant of "
+              f"{reference_sets.FRAMEWORK[name]} at its value before fitting")
 
 # %% [markdown]
 # The table says where the model has earned its figures. A set on which nothing is fitted (Table 1,
 # torchtitan, OPT-175B, the lab's own H200 loop) is judged by first principles and by constants
-# chosen on other runs. Each set that misses a target is printed as open with its reason, and the
-# assert fails the moment one starts to hold or another stops: Table 2's ZeRO-3 rows rest on two
-# constants that only that table supports (a ratio well under 1 held out means the priors predict
-# 2021's DeepSpeed far faster than it ran).
+# chosen on other runs. Each set that misses a target would be printed as open with its reason,
+# and the assert fails the moment one starts to hold or another stops.
+#
+# Table 2 is the weakest evidence of the lot. Its ZeRO-3 rows rest on two constants that no other
+# publication supports: no second run of 2021's DeepSpeed ZeRO-3 with its shapes is published. So
+# the table's two models are two sets, and each is held out against the values chosen on the other
+# model's three rows alone. Those are the same two values either way (printed under the table),
+# and they hold on the model they were not chosen on. That is a real out-of-sample check (a model
+# three times larger, on more GPUs), but one paper, one cluster and one version of the code stand
+# behind both halves. With the two constants at their priors, Table 2's two lines at the end show
+# 2021's DeepSpeed predicted far faster than it ran: the fit stands in for what that code paid
+# beyond its bytes.
 #
 # Every set stays within its own tolerance above (asserted: a set that stops holding fails the
 # check, and one that is open says why). The same MPT 13B reaches about
