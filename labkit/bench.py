@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", help="a labkit calibrate file: step time predicted on it beside measured")
     parser.add_argument("--step-time", action="store_true", help="only the step-time comparison (needs --calibration)")
     args = parser.parse_args(argv)
+    if args.step_time and args.calibration is None:
+        parser.error("--step-time prints the step-time comparison on a calibration: give --calibration FILE "
+                     "(a file `labkit calibrate` wrote)")
     if args.calibration is not None:
         _print_step_times(args.calibration)
     if args.step_time:

@@ -137,6 +137,14 @@ def test_installed_entry_point_fails_cleanly():
     assert proc.stderr.strip().splitlines() == ["labkit: error: zero_stage must be one of 0, 1, 2, 3 (got 4)"]
 
 
+def test_bench_step_time_without_a_calibration_is_refused(capsys):
+    from labkit.bench import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--step-time"])
+    assert exit_.value.code == 2 and "--calibration FILE" in capsys.readouterr().err
+
+
 def test_bench_rows_match_the_estimate():
     from labkit.bench import MICRO_CONFIGS, measured_vs_predicted
 
