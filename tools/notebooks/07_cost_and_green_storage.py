@@ -67,8 +67,9 @@ print(f"embodied carbon: {grid.figure('embodied', 'ssd').source}")
 # no one sells HBM alone, and a GB of it comes with the compute around it. So the ratio says
 # what a byte of GPU memory costs to buy, not what the memory chips cost. Even so, a byte in
 # GPU memory costs thousands of times a byte on flash. Flash, in turn, costs carbon to make:
-# the embodied column is from a published life-cycle study; the data has no per-GB figure for
-# DRAM or HBM, so those are left out rather than guessed.
+# the embodied column's SSD figure is the published study printed under the table, and its HDD
+# figure that study's as a vendor (Pure Storage) quotes it (both sources in `datasets/grid.toml`);
+# the data has no per-GB figure for DRAM or HBM, so those are left out rather than guessed.
 #
 # ## 2 · Moving data costs more energy than computing on it
 #
