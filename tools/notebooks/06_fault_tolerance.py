@@ -140,9 +140,10 @@ print(save_cost.save_cost_text(bandwidths, costs))
 # that bytes over bandwidth leaves out, so there the prediction is far below the measurement.
 # From tens of MB the stall grows with the bytes, and bytes over bandwidth gives its scale; a
 # shared disk's bandwidth changes from moment to moment, so one run can sit well above or
-# below it. The async stall is a copy in host memory, which the bandwidths measured above
-# put far ahead of a write with fsync (each figure is the median of three saves, because one
-# sample on a few shared cores can catch the copy behind another process and show the opposite);
+# below it. The async stall is a copy in host memory, with no fsync and no hash: one term,
+# B/copy, where the sync stall has two, so it predicts the shorter stall (each figure is the
+# median of three saves, because one sample on a few shared cores can catch the copy behind
+# another process and show the opposite);
 # the write still happens in the background (`async total`), and it has to finish
 # before the next checkpoint starts.
 
@@ -230,16 +231,19 @@ print(f"Weibull k = 0.7: best simulated {weib.best.interval_s / 60:.0f} min ({we
 
 # %% [markdown]
 # Daly's model assumes exponential gaps, so it is no longer the prediction here; compare the
-# simulated goodput of the two distributions above. Clustered failures strike several times
-# within one interval more often, each losing only a little work, and leave long quiet
+# simulated goodput of the two distributions above: at the same mean time between failures,
+# the clustered (Weibull) failures leave the higher goodput. Clustered failures strike several
+# times within one interval more often, each losing only a little work, and leave long quiet
 # stretches between clusters.
 
 # %% [markdown]
 # ## 7 · Scale: Llama 3 405B on growing clusters
 #
-# 405 bn parameters, a checkpoint of 14 bytes per parameter (16-bit weights and fp32
-# optimizer states; gradients are recomputed). Llama 3 shards its optimizer states across
-# the data-parallel ranks (Llama 3 paper, section 3.3.2), so its data-parallel replicas do
+# 405 bn parameters, a checkpoint of 14 bytes per parameter: 2 of bf16 weights and 12 of fp32
+# optimizer states (master weights and Adam's two moments). ZeRO's 16 bytes per parameter also
+# count 2 of bf16 gradients, which are not saved: the next step computes them afresh. Llama 3
+# shards its optimizer states across the data-parallel ranks (Llama 3 paper, section 3.3.2),
+# so its data-parallel replicas do
 # **not** hold identical full state: each rank holds a slice of the optimizer states that no
 # other rank has, and every rank has its own slice to save. The bytes to save are the same
 # 14 per parameter however they are split; the split only decides how many write paths
@@ -307,8 +311,8 @@ print(checks.reveal_number(predicted_rc_lost, fo.steps_lost, "Steps lost (measur
 
 # %%
 print(f"exit codes {fo.exit_codes} (-9 = SIGKILL); survivor rank {fo.survivor} took over at step {fo.failed_at}")
-print(f"replica held {fo.replica_bytes:,} B = 12 B x {fo.replica_params:,} parameters "
-      f"(predicted {fo.predicted_replica_bytes:,}); no checkpoint was read")
+print(f"replica held {fo.replica_bytes:,} B = 12 B (fp32 weight and AdamW's two fp32 moments) x "
+      f"{fo.replica_params:,} parameters (predicted {fo.predicted_replica_bytes:,}); no checkpoint was read")
 print(f"losses and parameters bit-identical to an uninterrupted run: {fo.losses_identical and fo.params_identical}")
 
 # %% [markdown]

@@ -9,8 +9,8 @@
 #
 # Every price, power, energy and carbon figure comes from `datasets/hardware.toml` and
 # `datasets/grid.toml` (the published run of section 8 from `datasets/published_runs.toml`),
-# each with its source and date. **These figures change** (GPU prices
-# by 2x within a year, grids year by year): read the results as orders of magnitude, and
+# each with its source and date. **These figures change** (GPU prices within
+# months, grids year by year): read the results as orders of magnitude, and
 # edit the data files to redo them with today's numbers. The bytes moved come from real
 # micro-runs; everything at scale is labkit's model (predicted). Units: GB = 1e9 bytes,
 # GiB = 2**30 bytes, "B" is bytes, "bn" a billion of something else.
@@ -67,13 +67,14 @@ print(f"embodied carbon: {grid.figure('embodied', 'ssd').source}")
 # no one sells HBM alone, and a GB of it comes with the compute around it. So the ratio says
 # what a byte of GPU memory costs to buy, not what the memory chips cost. Even so, a byte in
 # GPU memory costs thousands of times a byte on flash. Flash, in turn, costs carbon to make:
-# the embodied column is from a published life-cycle study; the data has no per-GB figure for
-# DRAM or HBM, so those are left out rather than guessed.
+# the embodied column's SSD figure is the published study printed under the table, and its HDD
+# figure that study's as a vendor (Pure Storage) quotes it (both sources in `datasets/grid.toml`);
+# the data has no per-GB figure for DRAM or HBM, so those are left out rather than guessed.
 #
 # ## 2 · Moving data costs more energy than computing on it
 #
-# Han et al. (NeurIPS 2015, Table 1; 45 nm, after Horowitz, ISSCC 2014): **predict** how many
-# fp32 multiply-adds cost the energy of one 32-bit read from DRAM.
+# Han et al. (NeurIPS 2015, the energy table of Figure 1; 45 nm, after Horowitz, ISSCC 2014):
+# **predict** how many fp32 multiply-adds cost the energy of one 32-bit read from DRAM.
 
 # %%
 predicted_fmas = None
@@ -257,9 +258,10 @@ for name, r in (("large batch", runs["ssd-offload"]), ("small batch", small["ssd
 #
 # Keeping a run's checkpoints and its data set also costs: the share of the capacity's price
 # and of its embodied carbon that the run's days use up (straight-line over a service life, an
-# assumption). Three checkpoints of the 7B model (weights and optimizer states, as notebook 06
-# counts a checkpoint: the gradients are not saved) and the 20 bn-token data set (2-byte token
-# ids), held for the HBM run's duration, on each tier (predicted):
+# assumption). Three checkpoints of the 7B model (14 bytes per parameter, bf16 weights and fp32
+# optimizer states, as notebook 06 counts a checkpoint: the gradients are not saved) and the
+# 20 bn-token data set (2-byte token ids), held for the HBM run's duration, on each tier
+# (predicted):
 
 # %%
 run_s = runs["hbm"].time_s

@@ -39,8 +39,11 @@ print(f"{len(trace.ops)} ops, {len(trace.blocks)} blocks: {trace.bytes_of('weigh
 # bandwidths from the catalogue (H100 HBM, PCIe 5, DDR5, NVMe). Two policies: **LRU**
 # (fetch on demand, evict the least recently used page) and **trace-aware** (knows every
 # next use from the first iteration: evicts the page used furthest in the future, Belady's
-# MIN, and prefetches ahead of use). **Predict:** with HBM holding half the working set,
-# what share of LRU's stall time does the trace-aware schedule remove, in per cent?
+# MIN, and prefetches ahead of use). HBM and DRAM are sized as shares of the working set
+# counted in whole 4 KiB pages, as the caches hold it (so a little above the bytes printed
+# above): HBM by the first column of the table below, DRAM at 30%. **Predict:** with HBM
+# holding half the working set, what share of LRU's stall time does the trace-aware schedule
+# remove, in per cent?
 
 # %%
 predicted_stall_cut = None  # per cent
@@ -166,15 +169,15 @@ plots.line({"mean gap": [p.mean for p in noise.points], "smallest gap": [p.sprea
 # At small noise the seeds' gaps spread as widely as their mean: one seed alone could show the
 # noisy crossbar almost matching the digital model, which is chance, not a result. The spread
 # grows with the noise, and the mean gap grows faster. (The tiny GPT here is trained, and the
-# crossbar simulated, in float64, so these losses come out the same on every CPU; in fp32 the
-# kernels of one CPU and another differ in the last bits, and 60 training steps can carry that
-# into the digits printed.)
+# crossbar simulated, in float64, so the last-bit differences between one CPU's kernels and
+# another's stay far below the digits printed; in fp32 the same differences, carried through
+# 60 training steps, can reach them.)
 
 # %% [markdown]
 # ## 4 · What it saves: energy of one matrix-vector product
 #
 # A 128 x 128 product on a crossbar beside fetching the weights and multiplying digitally,
-# in fp32 and in int8 (45 nm energies: Han et al. 2015, Table 1, after Horowitz, for fp32 and
+# in fp32 and in int8 (45 nm energies: Han et al. 2015, Figure 1, after Horowitz, for fp32 and
 # the 32-bit reads; Horowitz's ISSCC 2014 table for the int8 multiply and int32 add; ADC and
 # device energies are stated assumptions in `datasets/pim.toml`):
 
