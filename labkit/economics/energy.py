@@ -8,7 +8,7 @@ Two ways to count joules, both used here:
 * data movement: bytes x 8 x joules per bit, per tier and link. Links and HBM take
   their pJ/bit from the hardware catalogue; DRAM and SSD take active power over
   streaming bandwidth (W / (B/s) = J/B), which for DDR5-4800 gives about 20 pJ/bit,
-  the figure Han et al.'s table gives for a DRAM access (NeurIPS 2015, Table 1, after Horowitz,
+  the figure Han et al.'s table gives for a DRAM access (NeurIPS 2015, Figure 1, after Horowitz,
   ISSCC 2014: 640 pJ per 32-bit read at 45 nm).
 
 The GPU's board power already includes its HBM, so the ``compute`` part is the board
@@ -85,7 +85,7 @@ def tier_j_per_bit(tier: hardware.Tier, direction: str = "read") -> float:
 def han_pj() -> dict[str, float]:
     """45 nm energies, pJ: fp32 add and multiply, 32-bit reads of an 8 KB SRAM and of DRAM.
 
-    Han et al., Learning both Weights and Connections, NeurIPS 2015, Table 1 (after Horowitz, ISSCC 2014,
+    Han et al., Learning both Weights and Connections, NeurIPS 2015, Figure 1 (after Horowitz, ISSCC 2014,
     whose own table gives 64-bit cache and DRAM accesses)."""
     return {k: float(v) for k, v in section("energy_pj").items() if k != "source"}
 

@@ -16,7 +16,7 @@ and the 16-bit weights, grad + 2K + weight = 28 bytes per parameter, for about
 the memory it runs next to (Williams et al., CACM 2009). Near-data moves 4P instead of 2KP
 over the link and pays with a slower memory: it wins when the link is slow enough,
 ``break_even_bandwidth``. Energy is bytes x 8 x J/bit per place: links and HBM from the
-catalogue, DRAM from Han et al.'s table (NeurIPS 2015, Table 1, after Horowitz, ISSCC 2014:
+catalogue, DRAM from Han et al.'s table (NeurIPS 2015, Figure 1, after Horowitz, ISSCC 2014:
 640 pJ per 32-bit DRAM read = 20 pJ/bit), flash from the SSD's active power over its read or
 write bandwidth (an assumption, stated on the function): a copy into the drive is a write,
 at the drive's write bandwidth and write energy; a copy out of it a read.
@@ -40,7 +40,7 @@ PJ = 1e-12
 
 
 def dram_j_per_bit() -> float:
-    """640 pJ per 32-bit DRAM read, per bit (Han et al. 2015, Table 1, after Horowitz 2014; ``references.toml``)."""
+    """640 pJ per 32-bit DRAM read, per bit (Han et al. 2015, Figure 1, after Horowitz 2014; ``references.toml``)."""
     return section("energy_pj")["dram_read_32bit"] * PJ / 32
 
 

@@ -75,7 +75,7 @@ def _within(unit: str, rel_tol: float, *mistakes: Mistake, slips: str = "") -> J
 
 
 def _han(name: str) -> float:
-    """One 45 nm energy of Han et al. (NeurIPS 2015, Table 1), pJ, from the references file."""
+    """One 45 nm energy of Han et al. (NeurIPS 2015, Figure 1), pJ, from the references file."""
     return float(section("energy_pj")[name])
 
 
