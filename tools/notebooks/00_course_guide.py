@@ -58,9 +58,11 @@
 #
 # * A **prediction** is a variable you set before a reveal cell runs (`predicted_... = None`); the reveal
 #   says right or wrong and by how much. Counts are judged exactly, other quantities within a stated
-#   tolerance. The guess in force when its reveal first runs is the one scored: a reveal run with no
-#   guess (as "Run All" does) shows no answer and records "no guess", and a guess changed after its
-#   reveal is shown and recorded as "after reveal". To skip one, run `checks.predict(id, checks.PASS)`.
+#   tolerance, and so is a published count nothing in the lab lets you derive (01's Llama 3
+#   interruptions, judged within a band). The guess in force when its reveal first runs is the one
+#   scored: a reveal run with no guess (as "Run All" does) shows no answer and records "no guess", and
+#   a guess changed after its reveal is shown and recorded as "after reveal". To skip one, run
+#   `checks.predict(id, checks.PASS)`.
 # * A **self-check** (`checks.check("01.zero_stage", answer)`) compares your number with labkit's own
 #   model. A wrong answer is diagnosed (a unit slip such as bytes for GB, percent for fraction, bits for
 #   bytes, GiB for GB; or the exercise's own likely mistakes, such as a forgotten term) and gets one more
