@@ -26,7 +26,8 @@
 # | 08 the future | replay a step's trace on a memory hierarchy; judge near-data and analog compute by bytes moved and error | 01, 04 | 45 min |
 # | 09 choosing a strategy | pick dp, tp, pp, ZeRO, recompute, offload and precision for a model and cluster, and defend the choice | all | 75 min |
 #
-# Every notebook follows one arc: why it matters, **predict** (commit a guess before the data),
+# The notebooks follow one arc, each taking the steps its topic has, in its own order (04 breaks it
+# first; 08 has no break-it step): why it matters, **predict** (commit a guess before the data),
 # **measure** (a real run), **explain** (the model beside the measurement, with an `assert` that they
 # agree), **scale** (real models, real GPUs), **break it**, **design** (a widget panel), **check yourself**.
 
@@ -57,9 +58,11 @@
 #
 # * A **prediction** is a variable you set before a reveal cell runs (`predicted_... = None`); the reveal
 #   says right or wrong and by how much. Counts are judged exactly, other quantities within a stated
-#   tolerance. The guess in force when its reveal first runs is the one scored: a reveal run with no
-#   guess (as "Run All" does) shows no answer and records "no guess", and a guess changed after its
-#   reveal is shown and recorded as "after reveal". To skip one, run `checks.predict(id, checks.PASS)`.
+#   tolerance, and so is a published count nothing in the lab lets you derive (01's Llama 3
+#   interruptions, judged within a band). The guess in force when its reveal first runs is the one
+#   scored: a reveal run with no guess (as "Run All" does) shows no answer and records "no guess", and
+#   a guess changed after its reveal is shown and recorded as "after reveal". To skip one, run
+#   `checks.predict(id, checks.PASS)`.
 # * A **self-check** (`checks.check("01.zero_stage", answer)`) compares your number with labkit's own
 #   model. A wrong answer is diagnosed (a unit slip such as bytes for GB, percent for fraction, bits for
 #   bytes, GiB for GB; or the exercise's own likely mistakes, such as a forgotten term) and gets one more
@@ -73,13 +76,15 @@
 #   beside torch's own engine, names the typical bug when a test fails, and hints the same way.
 # * **Collecting answers.** Every check and reveal is appended as it happens to `labkit-journal.jsonl`
 #   beside the notebook (a kernel restart loses nothing). Each line carries a digest of the line before
-#   it, so a line deleted, moved or edited before export shows in the hand-in and in `collect`. At the end of a notebook a student runs
+#   it, so a line deleted, moved or edited before export shows in the hand-in and in `collect`. At the
+#   end of a notebook a student runs
 #   `checks.export_answers("answers-01.json", student="name", notebook="01")`, which writes each try in
 #   order with its verdict and diagnosis, plus a summary scored by the committed guesses and by "ever
 #   right" and tries. An instructor gathers a class's files with `python -m labkit.course collect DIR`.
 #
 # The exercises each notebook registers, counted from the lab itself (look-up self-checks, exercises
-# that need two results put together, and coding exercises), and its registered predictions:
+# that need two results put together, and coding exercises, the build-it ones included), and its
+# registered predictions:
 
 # %%
 from labkit.course import guide

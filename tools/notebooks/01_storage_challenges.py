@@ -16,8 +16,8 @@
 #
 # **What you will do.** Train a tiny GPT for real on this CPU, measure what each step
 # holds tensor by tensor, check the measurement against the analytic model the
-# literature uses (ZeRO's 16 bytes per parameter; Korthikanti et al.'s
-# 34·s·b·h + 5·a·s²·b bytes per layer), then use the same model on real GPUs.
+# literature uses (ZeRO's 16 bytes per parameter for mixed-precision Adam; Korthikanti et al.'s
+# 34·s·b·h + 5·a·s²·b bytes per layer for 16-bit activations), then use the same model on real GPUs.
 #
 # Every number below is either **measured** (from a real run in this kernel) or
 # **predicted** (computed by `labkit.predict.estimate`); each cell says which.
@@ -38,8 +38,8 @@
 # | *e*, *m* | bytes per activation element, bytes per dropout-mask element |
 #
 # B is a byte; counts are spelled out or written "bn" (billion); GB = 10⁹ B, GiB = 2³⁰ B.
-# GPU makers' "GB" is not 10⁹ B: an A100 sold as "80 GB" holds 80 GiB (85.9·10⁹ B, as
-# `nvidia-smi` reports). labkit's fit verdicts use the true capacity the catalogue records
+# GPU makers' "GB" is not 10⁹ B: an A100 sold as "80 GB" holds 80 GiB (what `nvidia-smi` reports,
+# in MiB), which is 85.9·10⁹ B. labkit's fit verdicts use the true capacity the catalogue records
 # (`Device.memory_bytes`), and the cells below print both figures for each card they use.
 
 # %%
@@ -176,14 +176,16 @@ assert ledger.after_forward == ledger.tracker_after_forward
 # %% [markdown]
 # ## 3 · Explain: the analytic model beside the measurement
 #
-# The model states follow ZeRO (Rajbhandari et al., SC 2020): fp32 AdamW holds
-# 4 (weights) + 4 (gradients) + 8 (two moments) bytes per parameter. Activations
+# The model states follow ZeRO's accounting (Rajbhandari et al., SC 2020), here for fp32:
+# AdamW holds 4 (weights) + 4 (gradients) + 8 (two moments) bytes per parameter, the
+# same 16 as ZeRO's mixed-precision 2 + 2 + 12 (section 3.1; the bf16 run below). Activations
 # follow Korthikanti et al. (2022), written with the element size *e* (4 bytes here)
 # and the dropout-mask size *m* (1 byte: a bool mask):
 # s·b·h·(16e + 2m) + a·s²·b·(2e + m) per layer. The `assert` fails if they disagree.
 
 # %%
-print(f"{shape.params:,} parameters (predicted) = {sum(1 for _ in trainer.model.parameters())} tensors")
+print(f"{shape.params:,} parameters (predicted from the shape), in "
+      f"{sum(1 for _ in trainer.model.parameters())} tensors (counted)")
 comparison = memory_comparison(step, setup_for(shape, config.batch_size, "fp32"))
 print(comparison)
 assert comparison.worst_error < 0.02
@@ -299,9 +301,9 @@ assert flops.total == predicted_flops
 # %% [markdown]
 # ## 4 · Scale: the same model on real models and real GPUs
 #
-# **Predict first:** for GPT-2 (124 million parameters) at micro-batch 8 and 1,024 tokens, do
-# activations take more or less than half of the memory? And for a single GPU
-# holding all of GPT-3 175B?
+# **Predict first:** for GPT-2 (its smallest size; the parameter count is printed under the table
+# below) at micro-batch 8 and 1,024 tokens, do activations take more or less than half of the
+# memory? And for a single GPU holding all of GPT-3 175B?
 
 # %%
 activations_more_than_half = {"gpt2": None, "gpt3 on one GPU": None}  # True or False
@@ -332,6 +334,7 @@ checks.reveal_claims(activations_more_than_half,
 print(f"on {h100.name}: true capacity {h100.memory_bytes / 2**30:.1f} GiB = {h100.memory_bytes / 1e9:.1f} GB "
       f"(sold as {h100.memory_nominal_bytes / 1e9:.0f} GB); table in GB = 1e9 B, predicted")
 print(tables.estimate_table(scaled))
+print(f"GPT-2 here is {cases['GPT-2, b=8, s=1024'].shape.params:,} parameters (predicted from its shape)")
 
 # %% [markdown]
 # Activations dominate when the model states are small or sharded (GPT-2, GPT-3
@@ -354,8 +357,8 @@ plots.memory_bars({k: v.per_device_bytes for k, v in scaled.items() if "one GPU"
 # ## 5 · Break it: a Llama-2 7B full fine-tune on a "24 GB" card
 #
 # A popular wish: fine-tune all weights of Llama-2 7B on one RTX 4090 (sold as a
-# "24 GB" card), in 16-bit mixed precision with Adam, at micro-batch 1 and with full
-# recompute.
+# "24 GB" card), in 16-bit mixed precision with Adam, at micro-batch 1, s = 2048, and with
+# full recompute.
 # **Predict first: how many GB do its model states and saved activations come to?** (The
 # table's `total`; the step's peak, with the optimizer's temporaries, is printed beside it.)
 
@@ -439,14 +442,16 @@ predicted_interruptions = None  # a count
 # %% [markdown]
 # The published traces (data in `datasets/references.toml`, with their sources) give
 # a failure rate per GPU-day; a job's expected failures grow linearly with its GPU
-# count when failures are independent (predicted from the traces):
+# count when failures are independent (predicted from the traces). OPT-175B's logbook
+# gives no exact day count, so its rate rests on the approximate one noted in that file:
 
 # %%
 llama3 = next(t for t in failure_traces() if t.name == "Llama 3")
 print(checks.reveal_number(predicted_interruptions, llama3.unexpected, "Llama 3, 54 days (published)", "", 1,
                            key="01.predict.llama3_interruptions",
                            exact=False, rel_tol=0.5))  # a published count nothing lets you derive: a band
-print(f"{100 * llama3.hardware_share:.0f}% of them hardware; source: {llama3.source}")
+print(f"{llama3.days:g} days on {llama3.gpus:,} GPUs; {100 * llama3.hardware_share:.0f}% of the unexpected "
+      f"interruptions hardware; source: {llama3.source}")
 
 # %%
 counts = [8, 64, 512, 4096, 16384]

@@ -8,7 +8,7 @@
 #
 # * **ZeRO** (Rajbhandari et al., SC 2020) keeps data parallelism but partitions the
 #   optimizer states (stage 1), then the gradients (stage 2), then the parameters
-#   (stage 3) across the N data-parallel ranks, and moves each piece on demand;
+#   (stage 3) across the N data-parallel ranks (ZeRO's N_d), and moves each piece on demand;
 # * **pipelines** cut the layers into p stages on p GPUs and pass activations between
 #   them: GPipe (Huang et al., 2019) runs all m micro-batches forward, then backward;
 #   1F1B (PipeDream-Flush, Narayanan et al., ICML 2021, after PipeDream, SOSP 2019)
@@ -38,7 +38,7 @@ plots.memory_bars(stages, title="7.5 bn parameters, 64 GPUs: model states per GP
 # %% [markdown]
 # ## 1 · Predict
 #
-# The tiny GPT trains on 4 ranks in fp32 with AdamW: 4 bytes of weights, 4 of
+# The tiny GPT trains data-parallel in fp32 with AdamW: 4 bytes of weights, 4 of
 # gradients and 8 of Adam's two moments per parameter. **Under ZeRO stage 3 with 4
 # ranks, what share of the data-parallel bytes does each rank keep?** And **how many
 # times as many elements per step does stage 3 send as plain data parallelism?** Commit your
@@ -180,10 +180,10 @@ print(report.bubble_formula_table(cases))
 #
 # Timing the runs above would say little: a stage of the tiny GPT computes for about as
 # long as one message and Python's bookkeeping take. So a wider GPT (`bubble.MODEL`,
-# below) trains on **2 ranks**, each on its own core (more ranks than the machine has
-# cores could never all run at once), with actions that compute several
-# times longer than a message costs (the `one action` column: each forward or backward's
-# median). Each schedule runs 4 steps in one process group; the first warms up,
+# below) trains on **2 ranks** of one thread each, so that each can have a core of its own
+# (more ranks than the machine has cores could never all run at once), with longer
+# actions (the `one action` column: each forward or backward's median). Each schedule
+# runs 4 steps in one process group; the first warms up,
 # the other 3 are repeats. Three figures per schedule, median and (min-max) over the
 # repeats:
 #
@@ -212,8 +212,8 @@ print(report.bubble_results_table(bubbles))
 # stage computed: messages, Python and gloo between actions, and the other processes
 # on this machine's cores. It changes from run to run (the ranges show by how much), and on a
 # busy machine it can hide the formula's trend altogether: compare the formula with the
-# replayed column, not with the measured one. Interleaving tends to pay most in the
-# measured column: with v = 2 each rank runs twice as many actions, each about half as long (the
+# replayed column, not with the measured one. Interleaving tends to lose most of its edge over
+# 1F1B in the measured column: with v = 2 each rank runs twice as many actions, each about half as long (the
 # `one action` column), and sends twice as many messages, so the fixed cost between
 # actions, which neither the formula nor the replay counts, is a larger share of its step.
 # That is the price section 6 names for GPUs too (v times as many sends), here made large
@@ -300,8 +300,8 @@ print(report.gradient_error_table(errors))
 for runs in (grid, errors):
     assert all(max(s.grad_error) == 0.0 for (lr, mode), stages in runs.items() if mode != "none" for s in stages)
     assert all(max(s.grad_error) > 0.0 for (lr, mode), stages in runs.items() if mode == "none" for s in stages[:-1])
-print("with a stash (pipedream, 2bw; fp32 and fp64) every gradient equals the true one bit for bit; without, every"
-      " stage but the last applies a wrong one")
+print("with a stash (pipedream and 2bw in fp32, pipedream in fp64) every gradient equals the true one bit for bit;"
+      " without, every stage but the last applies a wrong one")
 
 # %% [markdown]
 # Without stashing, the first stage (whose mini-batches wait longest between forward and
@@ -321,7 +321,7 @@ print("with a stash (pipedream, 2bw; fp32 and fp64) every gradient equals the tr
 # kernels (`labkit.predict.compute`, the advisor's kernel model of notebook 09); the
 # simulator adds the bubble, and ZeRO's traffic is a ring collective. Memory is in GiB
 # (2^30 B), and "fits" compares it with the GPU's true capacity: an A100 sold as "80 GB"
-# holds 80 GiB (85.9e9 B).
+# holds 80 GiB (notebook 01 printed it in both units).
 
 # %%
 gpt3, a100, ib = model_shape("gpt3-175b"), hardware.gpu("A100-80GB"), hardware.link("ib-hdr")
