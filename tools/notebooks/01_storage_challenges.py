@@ -122,7 +122,9 @@ trainer = Trainer(config)
 losses = trainer.run(300, progress=True)
 
 # %%
-print(f"measured loss: step 1 {losses[0]:.2f}, step 300 {losses[-1]:.2f}; validation {trainer.eval_loss():.2f}")
+# trained fp32 losses print to one decimal: another CPU's kernels move them in the third or fourth digit
+print(f"measured loss: step 1 {losses[0]:.1f}, step 300 {losses[-1]:.1f}; validation {trainer.eval_loss():.1f}")
+assert losses[-1] < losses[0] / 2  # the loss falls
 plots.loss_curve({"tiny GPT, fp32": losses})
 
 # %% [markdown]
