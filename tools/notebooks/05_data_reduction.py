@@ -350,7 +350,9 @@ print(text_table(["grid", "moment", "rounded to 0", "median rel. error"],
 # %% [markdown]
 # Weights can be stored with fewer bits too, for checkpoints and inference: blocks of 64
 # with one fp32 absmax each, 8-bit and 4-bit (two codes per byte), the layout QLoRA uses
-# (here with a linear 4-bit grid, not its NF4). The trained fp32 model from above, its
+# (here with a linear 4-bit grid, not its NF4), for the weight matrices only: biases and
+# LayerNorm vectors stay fp32, so `bytes/param` sits a little above the codes and scales
+# alone. The trained fp32 model from above, its
 # weights quantized, written to a real file, read back (`weights_only=True`) and evaluated:
 
 # %%
