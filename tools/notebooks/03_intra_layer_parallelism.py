@@ -5,8 +5,9 @@
 # layer is itself too big, or its activations are, the layer's matrices must be cut.
 # Megatron-LM (Shoeybi et al., 2019) splits each MLP and attention block column-wise
 # then row-wise over t GPUs (**1D**): weights shrink by t, but every GPU still keeps the
-# full layer input, and each layer costs 4 all-reduces of b·s·h per micro-batch.
-# Sequence parallelism (Korthikanti et al., 2022) splits what 1D replicates. **2D**
+# full layer input, and each layer costs 4 all-reduces of b·s·h per micro-batch (two in
+# forward, two in backward). Sequence parallelism (Korthikanti et al., 2022) splits what 1D
+# replicates. **2D**
 # (SUMMA, Optimus), **2.5D** (Tesseract) and **3D** (Bian et al.) split activations as
 # well as weights over a grid of devices, and pay in more, smaller collectives.
 #
@@ -128,12 +129,12 @@ print("activation bytes per device on 8 devices (measured):",
 # activations on one device. 1D keeps more: its split parts shrink by 1/P, but the
 # block's input X stays whole on every device.
 #
-# The published scaling (Colossal-AI's tables of the four modes) is stated for **one
-# linear layer** Y = XW + b, not for the MLP block, and its activation column is that
-# layer's input X: weights per device 1/P, 1/q², 1/q², 1/q³ and activations 1, 1/q²,
-# 1/(dq²), 1/q³ of one device's. For 1D the "1" is exactly the replicated X. The table
-# below is labkit's count for that single linear layer (the MLP's first, the one the
-# runs above start with) beside the published ratios:
+# The published scaling (the Efficiency tables of Colossal-AI's documentation, one page
+# per mode) is stated for **one linear layer** Y = XW + b, not for the MLP block, and its
+# activation column is that layer's input X: weights per device 1/P, 1/q², 1/q², 1/q³ and
+# activations 1, 1/q², 1/(dq²), 1/q³ of one device's. For 1D the "1" is exactly the
+# replicated X. The table below is labkit's count for that single linear layer (the MLP's
+# first, the one the runs above start with) beside the published ratios:
 
 # %%
 print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]))
@@ -143,13 +144,13 @@ print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d
 # forward and one in backward (a whole transformer layer, its attention block included, makes
 # Megatron's four). 2D's SUMMA issues 2q broadcasts or reduces per matrix multiply, three
 # multiplies per linear layer (one in forward, two in backward) and two linear layers per
-# block, plus one all-reduce per bias gradient; and the grid modes move blocks of the weights
-# as well as of the activations.
+# block, plus one all-reduce per bias gradient (at q = 2 that sums to the 2d row's `calls`); and
+# the grid modes move blocks of the weights as well as of the activations.
 #
 # ## 5 · Scale: which mode wins, and where
 #
 # One GPT-3 175B MLP block (h = 12,288, b·s = 2,048 tokens, 16-bit) on A100s: compute
-# time per device at half of peak beside the fastest mode's communication (predicted by
+# time per device at half of the bf16 peak beside the fastest mode's communication (predicted by
 # labkit's count and the alpha-beta link model), in one column for a group on NVLink and
 # in one for a group whose every hop crosses InfiniBand HDR. NVLink joins only the 8
 # GPUs of one DGX A100 server (its NVLink domain, from the catalogue): a 16- or 64-GPU

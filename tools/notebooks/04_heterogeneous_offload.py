@@ -152,7 +152,7 @@ assert all(r.measured_bytes == r.simulated_bytes for r in cal.rows)
 # Time and peak memory, measured beside simulated (wall clock, so not checked). The
 # replay has terms for the copies, the files and the compute; it has none for vDNN's own
 # software: the saved-tensor hooks, the bookkeeping per tensor and the hand-off to the
-# prefetch thread, which on this machine competes with compute for this machine's cores. That cost is
+# prefetch thread, which competes with compute for this machine's cores. That cost is
 # **measured** here with the same offloader whose copies move nothing (`offload.overhead`),
 # and a second replay adds it to each offloaded tensor's forward and backward. Compare the
 # three figures for each store; on a loaded machine all of them swing from run to run.
@@ -201,17 +201,19 @@ plots.gantt(tl, title="vDNN, Llama-2 7B, b=4, A100 over PCIe 4 (predicted)")
 
 # %% [markdown]
 # A layer's forward grows with b·s·h² while its activations grow with b·s·h: both scale
-# with the batch, so the ratio is set by h and by the link, not by the batch. On PCIe 4
-# a 7B model's activations take longer to move than to compute: vDNN must choose
-# *which* tensors to move. That is SwapAdvisor's question.
+# with the batch, so the ratio is set by h and by the link, not by the batch (the two rows
+# above: four times the batch, four times the bytes, the step and the wait). On PCIe 4 a
+# 7B model's activations take longer to move than the A100 takes to compute the next layer,
+# so it waits at both batches: vDNN must choose *which* tensors to move. That is
+# SwapAdvisor's question.
 #
 # ## 5 · SwapAdvisor: a genetic search over what to swap
 #
 # GPT-2 medium (s = 1,024, b = 4) on an RTX 4090: the model states (16 B per parameter)
 # stay on the card, and the budget leaves the layer activations 1/r of the room they
-# need without offload, r the **oversubscription** (1.05 = 5% too little room, 3 = a
-# third of it). Three planners, each plan scored by the same simulator (predicted):
-# a genetic search (SwapAdvisor, Huang et al., ASPLOS 2020: which activations to swap,
+# need without offload, r the **oversubscription** (at 1.05 they need 5% more room than
+# they get, at 3 three times as much). Three planners, each plan scored by the same
+# simulator (predicted): a genetic search (SwapAdvisor, Huang et al., ASPLOS 2020: which activations to swap,
 # how early to prefetch each, whether the next layer waits for the copy), run with five
 # seeds because it is random; a greedy rule (swap the largest activations first until
 # the peak fits); and vDNN's rule (swap everything). **Predict:** at r = 1.5, how much
@@ -327,9 +329,9 @@ print(f"losses {', '.join(f'{x:.1f}' for x in inf.losses)}: bit for bit the numb
       "printed to 2 digits: a bf16 loss's last digits differ between CPUs)")
 
 # %% [markdown]
-# Per parameter, this run reads between 14 and 16 bytes and writes 14, while the paper
-# counts 20 bytes of model states per parameter. The difference is a list of named terms
-# (`offload_model.difference`, the paper's accounting against this run's):
+# Per parameter, this run reads and writes fewer bytes than the paper's accounting, which
+# holds 20 bytes of model states per parameter on NVMe (both printed below). The difference
+# is a list of named terms (`offload_model.difference`, the paper's accounting against this run's):
 
 # %%
 lab, paper = offload_model.ZERO_INFINITY_LAB, offload_model.ZERO_INFINITY
@@ -372,9 +374,9 @@ print(f"  published: {fit.published_claim}")
 #
 # FlashNeuron (Bae et al., FAST 2021) sends activations from the GPU straight to an SSD
 # and chooses offline which tensors to send by one rule: **offload only what hides behind
-# compute**. Here the rule keeps a tensor only if the simulated iteration stays within 10%
-# of compute alone (largest first), on the paper's card, a 16 GB V100 (16 GiB), with one
-# PCIe 4 NVMe SSD. **Predict:** how many times larger a batch does the rule allow for
+# compute**. Here the rule adds a tensor to the offloaded set (largest first) only if the
+# simulated iteration stays within 10% of compute alone, on the paper's card, a 16 GB V100
+# (16 GiB), with one PCIe 4 NVMe SSD. **Predict:** how many times larger a batch does the rule allow for
 # GPT-2 medium at s = 1,024?
 
 # %%
@@ -411,7 +413,8 @@ print(f"paper: {fn.published}")
 # and no batch gains. The batch grows only when the rule is given up, and then each step
 # slows by multiples, so throughput falls. A layer's compute grows with h² and its
 # activations with h, so the share that hides grows with the model's width, and with the
-# SSDs' bandwidth; it does not depend on the batch, since both grow with it. The paper's
+# SSDs' bandwidth; it does not depend on the batch, since both grow with it (GPT-2 medium's
+# share is the same at batch 3, in the `why` line, and at batch 1, in the table). The paper's
 # results include what this model leaves out: FlashNeuron offloads tensors in a compressed
 # format, and its throughput gain comes from the larger batch running the GPU more
 # efficiently, while the efficiency here is fixed at 50% of peak.
@@ -421,7 +424,8 @@ print(f"paper: {fn.published}")
 
 # %%
 mb = mobius.compare(mobius.Setup(llama))
-print(f"Llama-2 7B on 4 x RTX 4090 sharing PCIe 4: Mobius {mb['mobius_s']:.2f} s and {mb['mobius_gb']:.1f} GB "
+print(f"Llama-2 7B on 4 x RTX 4090 sharing PCIe 4, batch {mobius.Setup(llama).batch}: "
+      f"Mobius {mb['mobius_s']:.2f} s and {mb['mobius_gb']:.1f} GB "
       f"over PCIe per step; per-layer streaming {mb['zero_offload_s']:.2f} s and {mb['zero_offload_gb']:.1f} GB: "
       f"{mb['zero_offload_gb'] / mb['mobius_gb']:.1f}x the bytes (predicted)")
 for row in mobius.sweep(mobius.Setup(llama)):
@@ -431,9 +435,9 @@ for row in mobius.sweep(mobius.Setup(llama)):
 print(f"paper: {headline('Mobius')['claim']}")
 
 # %% [markdown]
-# Mobius moves several times fewer bytes than per-layer streaming. At the smallest batch
-# the step is limited by the shared PCIe link and Mobius wins by a factor inside the
-# paper's 3.8-5.1x; as the batch grows, compute takes a larger part of the step and the
+# Mobius moves several times fewer bytes than per-layer streaming (the first line above). At
+# the smallest batch the step is limited by the shared PCIe link and Mobius wins by a factor
+# inside the paper's 3.8-5.1x; as the batch grows, compute takes a larger part of the step and the
 # lead shrinks; at large batches compute hides ZeRO's traffic and Mobius's pipeline idle
 # time makes it slightly slower (predicted).
 

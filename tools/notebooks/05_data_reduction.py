@@ -99,11 +99,11 @@ print(compress.ratio_text(rows, speed=True))
 #
 # `torch.utils.checkpoint` drops a region's saved tensors in forward and runs the region again
 # in backward. Four plans on the tiny GPT (4 layers): **full** (every block keeps only its
-# input, 2sbh bytes at 16 bits), **every-2** (every second block recomputed, keeping only its
-# input; the blocks between keep everything), **sqrt-all** (after Chen et al.: segments of
-# about √n blocks, every one recomputed and keeping only its input) and **selective**
-# (Korthikanti et al.: only the attention core, which drops the 5as/h term). **Predict:** with
-# full recompute, what percentage of a layer's activations is kept?
+# input, 2sbh bytes at 16 bits, 4sbh in this fp32 run), **every-2** (every second block
+# recomputed, keeping only its input; the blocks between keep everything), **sqrt-all** (after
+# Chen et al.: segments of about √n blocks, every one recomputed and keeping only its input)
+# and **selective** (Korthikanti et al.: only the attention core, which drops the 5as/h term).
+# **Predict:** with full recompute, what percentage of a layer's activations is kept?
 
 # %%
 predicted_full_share = None  # per cent
@@ -202,8 +202,9 @@ print(f"optimal plan applied to a real step: peak {peak.measured:,} B measured, 
 # %% [markdown]
 # The cheapest plan checkpoints only the first block: the step's peak comes during the
 # *last* block's backward, when the lower blocks' activations are all still alive, so
-# dropping the cheapest of them is enough. A uniform rule pays for blocks that never
-# mattered.
+# dropping one early block's is enough (every block here costs the same to recompute). A
+# uniform rule pays for blocks that never mattered: `every-5` also checkpoints block 5, for
+# the same peak as `optimal` at twice its recompute.
 #
 # ## 4 · Mixed precision: 16 bytes per parameter, and fewer activation bytes
 #
@@ -235,9 +236,10 @@ for name_i, per_param_i, act_i in precision_rows:
 
 # %% [markdown]
 # Mixed precision saves **no** model-state memory with Adam: 2 + 2 + 12 = 16 bytes, the
-# same as fp32's 4 + 4 + 8 (ZeRO, section 3). Its gain is in activations (close to half the bytes)
-# and speed. Autocast alone (`bf16-autocast`, fp32 weights) saves less than half: the
-# residual stream stays fp32, and each matmul keeps a bf16 copy of its weight for backward.
+# same as fp32's 4 + 4 + 8 (Rajbhandari et al., ZeRO, SC 2020, section 3.1). Its gain is in
+# activations (close to half the bytes) and speed. Autocast alone (`bf16-autocast`, fp32
+# weights) saves less than half: the residual stream stays fp32, and each matmul keeps a bf16
+# copy of its weight for backward.
 #
 # Losses of the four runs side by side (measured). The 16-bit runs' last digits depend on the
 # CPU's kernels, so the table prints what no machine changes: the loss to one decimal and
@@ -255,7 +257,8 @@ plots.loss_curve(precision.loss_curves(runs), title="Training loss by precision 
 # %% [markdown]
 # ## 5 · Break it: fp16 without loss scaling
 #
-# fp16 keeps 5 exponent bits, bf16 keeps fp32's 8 (from `torch.finfo`):
+# fp16 keeps 5 exponent bits, bf16 keeps fp32's 8. What that means for each one's range,
+# from `torch.finfo`:
 
 # %%
 for r in precision.dynamic_range():
@@ -347,7 +350,9 @@ print(text_table(["grid", "moment", "rounded to 0", "median rel. error"],
 # %% [markdown]
 # Weights can be stored with fewer bits too, for checkpoints and inference: blocks of 64
 # with one fp32 absmax each, 8-bit and 4-bit (two codes per byte), the layout QLoRA uses
-# (here with a linear 4-bit grid, not its NF4). The trained fp32 model from above, its
+# (here with a linear 4-bit grid, not its NF4), for the weight matrices only: biases and
+# LayerNorm vectors stay fp32, so `bytes/param` sits a little above the codes and scales
+# alone. The trained fp32 model from above, its
 # weights quantized, written to a real file, read back (`weights_only=True`) and evaluated:
 
 # %%
@@ -392,10 +397,10 @@ print(f"cheapest change that fits: {cheapest.label}: {cheapest.total_bytes / 1e9
       f"+{100 * cheapest.extra_compute:.1f}% compute")
 
 # %% [markdown]
-# The model states take almost the whole card, so recompute has only the activations to
-# work with, and only full recompute shrinks them far enough, for a third more compute. The
-# cheapest change that fits is not recompute at all: 8-bit Adam states (section 6) free more
-# bytes than any recompute mode, at no extra compute.
+# The model states take almost the whole card, so recompute has only the activations to work
+# with, and only full recompute shrinks them far enough, for the most extra compute of the four
+# (close to a third, printed above). The cheapest change that fits is not recompute at all:
+# 8-bit Adam states (section 6) free more bytes than any recompute mode, at no extra compute.
 #
 # Why does per-layer full recompute hold *less* than Chen et al.'s √n plan (`sqrt` in the
 # table above and in the panel: segments of ⌊√L⌋ layers, the last one kept whole; section 2's
@@ -442,7 +447,9 @@ reduction_panel.set_task(design_tasks.task("05"))
 # card for a 7B model. LoRA (Hu et al. 2021) freezes every weight and trains, beside chosen
 # matrices W (in × out), a low-rank product B·A: r·(in + out) parameters each, the only ones
 # with gradients and AdamW states. QLoRA (Dettmers et al. 2023) also stores the frozen
-# matrices in 4-bit NF4, in blocks of 64 weights with one fp32 scale each.
+# matrices in 4-bit NF4, in blocks of 64 weights with one fp32 scale each (this lab's
+# default; the paper also quantizes those scales to 8 bits, its double quantization, which
+# the claims at the end of this section use).
 #
 # **Predict:** Llama-2 7B, LoRA r = 16 on W_q and W_v, micro-batch 1, 1,024 tokens, bf16
 # mixed precision, no recompute. How many GB (1e9 bytes) does one step hold at its peak on a GPU?
@@ -478,13 +485,14 @@ print(slice_7b)
 assert all(measured == predicted for measured, predicted in slice_7b.categories.values())
 
 # %% [markdown]
-# Every category agrees to the byte. The frozen base is held once, at 2 bytes a weight; only the
-# adapters have gradients and optimizer states. The activations are not those of full training:
-# a frozen linear layer keeps no input (only its weight's gradient would need it), and nothing
-# before the first adapter needs a gradient at all, so the first layer keeps less than the
-# second. But the gradient still passes back through every frozen layer, so the norms, the
-# attention kernel and the activation function keep what they keep in full training. What
-# one layer keeps, at the slice's 32 tokens:
+# Every category agrees to the byte (asserted), and so does each layer; the whole-step peak, its
+# temporaries included, is not asserted and lands within a few bytes. The frozen base is held
+# once, at 2 bytes a weight; only the adapters have gradients and optimizer states. The
+# activations are not those of full training: a frozen linear layer keeps no input (only its
+# weight's gradient would need it), and nothing before the first adapter needs a gradient at
+# all, so the first layer keeps less than the second. But the gradient still passes back through
+# every frozen layer, so the norms, the attention kernel and the activation function keep what
+# they keep in full training. What one layer keeps, at the slice's 32 tokens:
 
 # %%
 print(text_table(["what layer 1 keeps", "bytes (predicted)"],
@@ -493,7 +501,9 @@ print(f"measured: layer 0 {slice_7b.layers[0][0]:,} B, layer 1 {slice_7b.layers[
 
 # %% [markdown]
 # **Scale.** The whole model, 32 layers at 1,024 tokens, on an RTX 4090: labkit's model, the
-# same terms as the slice.
+# same terms as the slice. The fit here is judged against what torch can allocate of the card
+# (the catalogue's `usable_memory_bytes`, printed as "usable"), a little less than the 24 GiB
+# that section 7 judged against.
 
 # %%
 whole = finetune_bytes(llama7b, lora, 1024, 1, "bf16-mixed")
@@ -515,8 +525,10 @@ print(text_table(["setting", "peak GB", "spare GB", "fits"],
                   for r in levers]))
 
 # %% [markdown]
-# The sequence is what breaks it: the frozen layers' activations grow with every token, while a
-# higher rank or more targets add only adapters, their gradients and their states. Gradient
+# The sequence is what breaks it: the frozen layers' activations grow with every token. A higher
+# rank adds mostly adapters, their gradients and their states; targeting every linear layer adds
+# those and also activations (each adapted linear keeps its input for its adapter's gradient);
+# either adds less than doubling the sequence does. Gradient
 # checkpointing (each layer keeps its input and is rebuilt in backward) and the 4-bit base buy
 # the room back.
 #
