@@ -11,7 +11,7 @@ collectives (NCCL's tree, or an intra-node reduce before the inter-node ring) ca
 flat ring; this lab does not model them.
 
 Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
-SC 2021, section 3.3, Takeaway #1, draws the same line: tensor parallelism up to the number of GPUs in
+SC 2021, section 3.2, Takeaway #1, draws the same line: tensor parallelism up to the number of GPUs in
 a server, pipeline parallelism across servers.
 """
 

@@ -167,8 +167,8 @@ print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, a100, ib)
 # Inside one NVLink domain (up to 8 GPUs) communication is a small share of compute.
 # Over InfiniBand it is a large share already at 8 GPUs, and past the domain, where
 # NVLink no longer reaches, it exceeds compute: at 16 and 64 devices the GPUs wait
-# longer than they compute. This is what Narayanan et al. (SC 2021, section 3.3,
-# Takeaway #1) conclude from their runs: **tensor parallelism up to the GPUs of one
+# longer than they compute. This is what Narayanan et al. (SC 2021, section 3.2,
+# Takeaway #1) conclude from their analysis: **tensor parallelism up to the GPUs of one
 # server, pipeline parallelism (one activation per micro-batch per stage boundary)
 # across servers.**
 #
