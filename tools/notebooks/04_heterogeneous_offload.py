@@ -307,9 +307,18 @@ for row in zero_offload.largest_model_table():
 # %%
 llama70 = model_shape("llama2-70b")
 for m in (offload_model.ZERO_OFFLOAD, offload_model.ZERO3_CPU_OFFLOAD):
-    print(f"{m.name:18} Llama-2 70B on 8 GPUs: {m.gpu_bytes_per_param(8) * llama70.params / 1e9:6.1f} GB of "
-          f"16-bit weights per GPU, {m.host_bytes_per_param * llama70.params / 8 / 1e9:5.1f} GB in host DRAM "
+    weights = m.gpu_bytes_per_param(8) * llama70.params
+    print(f"{m.name:18} Llama-2 70B on 8 GPUs: {weights / 1e9:6.1f} GB of "
+          f"16-bit weights per GPU ({'within' if weights < a100.memory_bytes else 'beyond'} an A100-80GB's "
+          f"{a100.memory_bytes / 1e9:.1f} GB before any activation), "
+          f"{m.host_bytes_per_param * llama70.params / 8 / 1e9:5.1f} GB in host DRAM "
           f"per GPU; {m.link_bytes_per_param():.0f} B per parameter over PCIe per step ({m.source})")
+
+# %% [markdown]
+# So ZeRO-Offload alone cannot train a 70B model on 80 GB GPUs: stage 2 leaves every GPU a
+# whole copy of the 16-bit weights. The paper's own runs fit their GPUs (a 13B model on one
+# 32 GB V100, above); a model this size needs the weights split too, which is what offloading
+# over ZeRO stage 3 does.
 
 # %% [markdown]
 # ## 7 · ZeRO-Infinity: model states on NVMe, for real
@@ -368,6 +377,11 @@ print(f"one DGX-2 ({fit.gpus} GPUs of {fit.gpu_memory_bytes / fit.gpus / 2**30:.
 print(f"  states in GPU memory: {fit.params_gpu_only / 1e9:,.0f} bn parameters; in DRAM: "
       f"{fit.params_dram / 1e9:,.0f} bn; on NVMe: {fit.params_nvme / 1e12:.1f} trillion")
 print(f"  published: {fit.published_claim}")
+
+# %% [markdown]
+# Each predicted figure counts the model states alone, so each is an upper bound: the
+# activation checkpoints and one layer's working memory need room too. That is why the NVMe
+# bound sits above the trillion the paper fine-tuned on the same node.
 
 # %% [markdown]
 # ## 8 · SSDs and DRAM on commodity machines: FlashNeuron and Mobius (predicted)
