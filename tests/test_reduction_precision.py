@@ -76,6 +76,10 @@ def test_fp16_gradients_underflow_without_scaling_and_not_with():
     assert unscaled.flushed_fraction > 0.05 and unscaled.norm_lost > 1e-3 and unscaled.overflowed == 0
     assert scaled.flushed_fraction < 1e-3 and scaled.norm_lost < 1e-6 and scaled.overflowed == 0
     assert huge.overflowed > 0  # too large a scale: the other failure
+    # the 2^-12 multiplier puts most of the gradient under fp16's smallest normal, before any scale; flushing to zero
+    # needs it under half the smallest subnormal, so fewer flush than sit below normal
+    assert unscaled.below_normal == scaled.below_normal and unscaled.below_normal_fraction > 0.5
+    assert unscaled.flushed <= unscaled.below_normal
 
 
 def test_too_large_scale_overflows_then_halves_until_training_proceeds():
@@ -118,3 +122,4 @@ def test_share_text_rounds_to_what_no_cpu_changes():
 
     assert [share_text(f) for f in (0.17814, 0.0128, 0.00128, 0.00011, 0.0)] == ["18%", "1%", "under 1%", "under 1%",
                                                                                "under 1%"]
+    assert [share_text(f) for f in (0.99988, 0.991, 1.0)] == ["over 99%", "over 99%", "100%"]

@@ -197,10 +197,15 @@ class UnderflowResult:
     flushed: int  # of those, zero in fp16: they underflowed
     overflowed: int  # inf or NaN in fp16
     norm_lost: float  # share of the fp32 gradient's norm held by the flushed elements
+    below_normal: int = 0  # of the non-zero fp32 elements (unscaled), those under fp16's smallest normal, 2^-14
 
     @property
     def flushed_fraction(self) -> float:  # of the gradient elements fp32 holds as non-zero
         return self.flushed / self.elements
+
+    @property
+    def below_normal_fraction(self) -> float:  # of the same elements, before any loss scale
+        return self.below_normal / self.elements
 
 
 def gradient_underflow(scales: tuple[float, ...] = (1.0, DEFAULT_SCALE), loss_multiplier: float = 2.0**-12,
@@ -209,8 +214,8 @@ def gradient_underflow(scales: tuple[float, ...] = (1.0, DEFAULT_SCALE), loss_mu
 
     The micro model's loss averages b*s = 128 tokens, so its gradients are large: unscaled, fp16
     flushes only about 0.02% of them (try ``loss_multiplier=1``). A large model's gradients are
-    orders of magnitude smaller (Micikevicius et al. 2018, Fig. 3: most activation gradients of
-    their SSD model lie below fp16's smallest normal). To put the micro model's gradients there,
+    orders of magnitude smaller (Micikevicius et al. 2018, section 3.3 and Fig. 3: many activation
+    gradients of their SSD model fall below what fp16 represents). To put the micro model's gradients there,
     the loss is multiplied by ``loss_multiplier`` (2^-12) in both fp16 and the fp32 reference.
     Dropout is off (eval mode) so both see the same network; both hold the same fp16-rounded weights.
     """
@@ -223,6 +228,7 @@ def gradient_underflow(scales: tuple[float, ...] = (1.0, DEFAULT_SCALE), loss_mu
     (ref(x, y)[1] * loss_multiplier).backward()
     g32 = torch.cat([p.grad.flatten() for p in ref.parameters()]).float()
     live = g32 != 0
+    below = int((live & (g32.abs() < torch.finfo(torch.float16).tiny)).sum())  # the reference, so any CPU's count
     out = []
     for scale in scales:
         half.zero_grad(set_to_none=True)
@@ -230,15 +236,19 @@ def gradient_underflow(scales: tuple[float, ...] = (1.0, DEFAULT_SCALE), loss_mu
         g16 = torch.cat([p.grad.flatten() for p in half.parameters()])
         flushed = live & (g16 == 0)
         out.append(UnderflowResult(scale, loss_multiplier, int(live.sum()), int(flushed.sum()),
-                                   int((~torch.isfinite(g16)).sum()), float(g32[flushed].norm() / g32.norm())))
+                                   int((~torch.isfinite(g16)).sum()), float(g32[flushed].norm() / g32.norm()),
+                                   below))
     return out
 
 
 def share_text(fraction: float) -> str:
-    """A share as people round it, to a precision the CPU's fp16 kernels do not reach: whole per cent from 1% up,
-    else "under 1%". Below 1% the share is a handful of elements (0.01% of the micro model's gradient is about
-    ten), and which of them flush depends on the last bits of an fp16 backward, which differ between CPUs."""
+    """A share as people round it, to a precision the CPU's fp16 kernels do not reach: whole per cent from 1% to
+    99%, else "under 1%" or "over 99%" (a share short of all never prints as 100%). Below 1% the share is a
+    handful of elements (0.01% of the micro model's gradient is about ten), and which of them flush depends on the
+    last bits of an fp16 backward, which differ between CPUs."""
     pct = 100 * fraction
+    if fraction < 1 and pct > 99:
+        return "over 99%"
     return f"{pct:.0f}%" if pct >= 1 else "under 1%"
 
 

@@ -268,10 +268,10 @@ for r in precision.dynamic_range():
 # %% [markdown]
 # Gradients of a large model are small numbers; many fall below fp16's smallest subnormal
 # and flush to zero. To show it on the tiny model its loss is multiplied by 2⁻¹² (in the
-# fp32 reference too), which puts most gradients below fp16's normal range, where
-# Micikevicius et al. (2018, Fig. 3) found most of an SSD object detector's activation
-# gradients. **Predict:** what percentage of the gradient's elements flush to zero
-# in fp16 without scaling?
+# fp32 reference too), which puts most gradients below fp16's normal range (the share is
+# printed with the answer), where Micikevicius et al. (2018, section 3.3 and Fig. 3) found
+# many of an SSD object detector's activation gradients. **Predict:** what percentage of the
+# gradient's elements flush to zero in fp16 without scaling?
 
 # %%
 predicted_flushed = None  # per cent
@@ -282,6 +282,8 @@ print(checks.reveal_number(predicted_flushed, 100 * under[0].flushed_fraction,
                            "Flushed without scaling (measured)", "%", 1, key="05.predict.flushed_share"))
 
 # %%
+print(f"before any loss scale, {precision.share_text(under[0].below_normal_fraction)} of the fp32 gradient's "
+      "non-zero elements lie below fp16's smallest normal (the reference, computed in fp64)")
 for u in under:
     print(f"loss scale 2^{int(u.scale).bit_length() - 1:<2}: {precision.share_text(u.flushed_fraction):>8} of the "
           f"gradient's non-zero elements flushed to zero; {'some' if u.overflowed else 'none'} overflowed to inf/NaN")
