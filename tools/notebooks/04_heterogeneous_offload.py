@@ -367,7 +367,10 @@ print(f"streaming achieved: read {inf.achieved_read_bps / 2**30:.2f} GiB/s ({100
 # backward is done, so its 16-bit and fp32 gradients live in memory for one block at a
 # time. The paper also loads the 16-bit weights a third time for recompute; here recompute
 # and backward share one fetch, and the outer layers (embeddings, final norm) are fetched
-# once per step. At scale this lab uses the paper's 20 bytes:
+# once per step. One term runs the other way (the negative one): this run writes each block's
+# updated 16-bit weights back to its file after the block's Adam step, bytes the paper's
+# accounting, as `offload_model.ZERO_INFINITY` lists its terms, does not write. At scale this
+# lab uses the paper's 20 bytes:
 
 # %%
 fit = infinity_scale.dgx2_fit()
