@@ -23,6 +23,19 @@ def test_sizes_of_the_sets() -> None:
     assert [len(rs.compare(n)) for n in rs.SETS] == [10, 3, 3, 11, 3, 3, 3, 1]
 
 
+def test_table2_is_split_by_model_and_no_row_is_left_out(monkeypatch) -> None:
+    from labkit.advisor import calibration
+
+    halves = [rs.compare(n) for n in ("sc21-table2-175b", "sc21-table2-530b")]
+    assert sum(map(len, halves)) == len(calibration.rows("table2"))
+    assert {r.label for r in halves[0]} == {"174.6 bn"} and {r.label for r in halves[1]} == {"529.6 bn"}
+    monkeypatch.setitem(rs.SC21, "sc21-table2-530b", ("table2", 529.0))  # a size no row has: its rows are orphans
+    rs.compare.cache_clear()
+    with pytest.raises(LabkitError, match="belong to no reference set"):
+        rs.compare("sc21-table2-175b")
+    rs.compare.cache_clear()
+
+
 def test_sc21_table1_spread_is_at_most_0_17() -> None:
     """Nothing fitted on Table 1 since issue 29: 0.91-1.02."""
     ratios = [r.ratio for r in rs.compare("sc21-table1")]

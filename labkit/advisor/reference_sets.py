@@ -1,6 +1,6 @@
 """Every published or measured run the step-time model is held to, priced as ``labkit advise`` prices it.
 
-Four reference sets, each under the framework profile it ran with (``profiles``) and with the
+Eight reference sets, each under the framework profile it ran with (``profiles``) and with the
 tolerance issue 21 asks of it:
 
 * ``sc21-table1``: Narayanan et al., SC 2021, Table 1 (Megatron-LM, ``megatron-2021``), within 10%;
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from labkit.advisor import calibration, costing, search
 from labkit.advisor.costing import Layout
-from labkit.errors import read_toml, require_choice
+from labkit.errors import LabkitError, read_toml, require_choice
 from labkit.hardware import gpu
 from labkit.predict.allocator import records
 from labkit.predict.estimate import training_flops
@@ -107,6 +107,12 @@ SC21 = {"sc21-table1": ("table1", None), "sc21-table2-175b": ("table2", 174.6), 
 
 def _sc21(name: str) -> list[Reference]:
     table, params = SC21[name]
+    sizes = {p for t, p in SC21.values() if t == table}
+    orphans = [r["params_billion"] for r in calibration.rows(table)
+               if None not in sizes and r["params_billion"] not in sizes]
+    if orphans:
+        raise LabkitError(f"sc21: {table}'s rows of {orphans} bn parameters belong to no reference set (SC21: "
+                          f"{sorted(sizes)})")
     out = []
     for c, row in zip(calibration.compare(table), calibration.rows(table), strict=True):
         if params is not None and row["params_billion"] != params:

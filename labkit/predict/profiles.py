@@ -56,14 +56,17 @@ prints the profile it was priced with.
   so under full recompute the backward gathers again every matrix whose reuse distance (the parameters of
   the layer's later matrices, recomputed forward then backward) exceeds it (``Profile.reuse_distance``,
   ``advisor.steptime.regather_share``): two thirds of a 175B layer, nothing of a 13B one. A data-parallel
-  ring spanning nodes runs over one port per GPU, not a node's aggregate, and half of the gathers stay
-  exposed: both chosen on Table 2 (its communication-bound rows move 3.7 x 2 Psi bytes per GPU in 66.7 s and
-  180 s, about one HDR port's NCCL bus bandwidth, ``holdout.FITTED``), fitted stand-ins for what the 2021 code
-  paid beyond the bytes: its stage 3 called ``torch.cuda.synchronize()`` before every parameter's all-gather,
-  so the prefetch was "not async at all" (DeepSpeed PR 1188, June 2021, on DeepSpeed 0.3.16), and gathered
-  each parameter into a list of one tensor per rank, which torch's NCCL process group fills with one copy per
-  rank (``ProcessGroupNCCL::allgather``). No second publication of that code with its shapes exists, so the
-  table's two models are two reference sets, each judged by the values chosen on the other's rows alone.
+  ring spanning nodes runs over one port per GPU, not a node's aggregate (Table 2's communication-bound rows
+  move 3.7 x 2 Psi bytes per GPU in 66.7 s and 180 s, about one HDR port's NCCL bus bandwidth), and half of
+  the gathers stay exposed (set by the micro-batch-4 rows, where compute could hide them): both chosen on
+  Table 2 (``holdout.FITTED``), fitted stand-ins for what the 2021 code paid beyond the bytes. DeepSpeed's
+  stage 3 of mid-2021 called ``torch.cuda.synchronize()`` before every parameter's all-gather, so its prefetch
+  was "not async at all" (DeepSpeed PR 1188, June 2021, measured on DeepSpeed 0.3.16; the paper names no
+  version, and its runs predate that PR), and gathered each parameter into a list of one tensor per rank,
+  which torch's NCCL process group fills with one copy per rank (``ProcessGroupNCCL::allgather``). No second
+  publication of that code with its shapes exists, so the table's two models are two reference sets, each
+  judged by the values chosen on the other's rows alone: leave one model out within one table, weaker than
+  leaving out a source (one paper, cluster and code behind both).
 
 Two terms the ``eager`` profile (``nn.Embedding`` and AdamW run as PyTorch ships them) prices explicitly
 (:func:`extra_seconds`, the one function the advisor's ``steptime.framework_seconds`` and

@@ -197,7 +197,7 @@ class UnderflowResult:
     flushed: int  # of those, zero in fp16: they underflowed
     overflowed: int  # inf or NaN in fp16
     norm_lost: float  # share of the fp32 gradient's norm held by the flushed elements
-    below_normal: int = 0  # of the non-zero fp32 elements (unscaled), those under fp16's smallest normal, 2^-14
+    below_normal: int  # of the non-zero fp32 elements (unscaled), those under fp16's smallest normal, 2^-14
 
     @property
     def flushed_fraction(self) -> float:  # of the gradient elements fp32 holds as non-zero
