@@ -1,7 +1,7 @@
 """Processing in memory: energy of an analog matrix-vector product, and the headline PIM results beside the lab's model.
 
 Two questions, both answered from data (``datasets/pim.toml`` and the 45 nm energy table of Han et
-al., NeurIPS 2015, Table 1, after Horowitz, ISSCC 2014, in ``datasets/references.toml``) and formulas here:
+al., NeurIPS 2015, Figure 1, after Horowitz, ISSCC 2014, in ``datasets/references.toml``) and formulas here:
 
 * What does one matrix-vector product cost on a crossbar, against moving the weights to a digital
   unit? On the crossbar the weights never move: the cost is ADC conversions (Walden's figure of

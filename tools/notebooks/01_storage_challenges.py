@@ -39,8 +39,9 @@
 #
 # B is a byte; counts are spelled out or written "bn" (billion); GB = 10⁹ B, GiB = 2³⁰ B.
 # GPU makers' "GB" is not 10⁹ B: an A100 sold as "80 GB" holds 80 GiB (what `nvidia-smi` reports,
-# in MiB), which is 85.9·10⁹ B. labkit's fit verdicts use the true capacity the catalogue records
-# (`Device.memory_bytes`), and the cells below print both figures for each card they use.
+# in MiB), which is 85.9·10⁹ B. labkit's fit verdicts start from the true capacity the catalogue
+# records (`Device.memory_bytes`; some judge against what torch can allocate, a little less), and
+# the cells below print both figures for each card they use.
 
 # %%
 from labkit import hardware

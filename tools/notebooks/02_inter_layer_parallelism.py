@@ -181,8 +181,8 @@ print(report.bubble_formula_table(cases))
 # Timing the runs above would say little: a stage of the tiny GPT computes for about as
 # long as one message and Python's bookkeeping take. So a wider GPT (`bubble.MODEL`,
 # below) trains on **2 ranks** of one thread each, so that each can have a core of its own
-# (more ranks than the machine has cores could never all run at once), with longer
-# actions (the `one action` column: each forward or backward's median). Each schedule
+# (more ranks than the machine has cores could never all run at once), with actions longer
+# than the tiny GPT's (the `one action` column: each forward or backward's median). Each schedule
 # runs 4 steps in one process group; the first warms up,
 # the other 3 are repeats. Three figures per schedule, median and (min-max) over the
 # repeats:
@@ -212,10 +212,11 @@ print(report.bubble_results_table(bubbles))
 # stage computed: messages, Python and gloo between actions, and the other processes
 # on this machine's cores. It changes from run to run (the ranges show by how much), and on a
 # busy machine it can hide the formula's trend altogether: compare the formula with the
-# replayed column, not with the measured one. Interleaving tends to lose most of its edge over
-# 1F1B in the measured column: with v = 2 each rank runs twice as many actions, each about half as long (the
-# `one action` column), and sends twice as many messages, so the fixed cost between
-# actions, which neither the formula nor the replay counts, is a larger share of its step.
+# replayed column, not with the measured one. In the measured column interleaving tends to lose
+# its edge over 1F1B, and can fall behind it: with v = 2 each rank runs twice as many actions,
+# each about half as long (the `one action` column), and sends twice as many messages, so the
+# fixed cost between actions, which neither the formula nor the replay counts, is a larger share
+# of its step.
 # That is the price section 6 names for GPUs too (v times as many sends), here made large
 # by a CPU's slow messages. The inequality holds in every repeat of every schedule:
 

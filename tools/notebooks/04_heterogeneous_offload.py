@@ -383,8 +383,9 @@ print(f"  published: {fit.published_claim}")
 
 # %% [markdown]
 # Each predicted figure counts the model states alone, so each is an upper bound: the
-# activation checkpoints and one layer's working memory need room too. That is why the NVMe
-# bound sits above the trillion the paper fine-tuned on the same node.
+# activation checkpoints and one layer's working memory need room too. That is one reason the
+# NVMe bound sits above the trillion the paper fine-tuned on the same node (a size it ran, not a
+# ceiling it measured).
 
 # %% [markdown]
 # ## 8 · SSDs and DRAM on commodity machines: FlashNeuron and Mobius (predicted)
@@ -431,7 +432,7 @@ print(f"paper: {fn.published}")
 # slows by multiples, so throughput falls. A layer's compute grows with h² and its
 # activations with h, so the share that hides grows with the model's width, and with the
 # SSDs' bandwidth; it does not depend on the batch, since both grow with it (GPT-2 medium's
-# share is the same at batch 3, in the `why` line, and at batch 1, in the table). The paper's
+# share is the same at batch 3, in the `why` line, and at batch 1, in the width list). The paper's
 # results include what this model leaves out: FlashNeuron offloads tensors in a compressed
 # format, and its throughput gain comes from the larger batch running the GPU more
 # efficiently, while the efficiency here is fixed at 50% of peak.

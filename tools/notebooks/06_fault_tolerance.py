@@ -141,7 +141,8 @@ print(save_cost.save_cost_text(bandwidths, costs))
 # From tens of MB the stall grows with the bytes, and bytes over bandwidth gives its scale; a
 # shared disk's bandwidth changes from moment to moment, so one run can sit well above or
 # below it. The async stall is a copy in host memory, with no fsync and no hash: one term,
-# B/copy, where the sync stall has two, so it predicts the shorter stall (each figure is the
+# B/copy, where the sync stall has two, so its prediction is the shorter of the two from a few MB
+# up (each figure is the
 # median of three saves, because one sample on a few shared cores can catch the copy behind
 # another process and show the opposite);
 # the write still happens in the background (`async total`), and it has to finish

@@ -9,8 +9,8 @@
 #
 # Every price, power, energy and carbon figure comes from `datasets/hardware.toml` and
 # `datasets/grid.toml` (the published run of section 8 from `datasets/published_runs.toml`),
-# each with its source and date. **These figures change** (GPU prices within
-# months, grids year by year): read the results as orders of magnitude, and
+# each with its source and date. **These figures change** (GPU prices from year to
+# year and by kind of seller, grids year by year): read the results as orders of magnitude, and
 # edit the data files to redo them with today's numbers. The bytes moved come from real
 # micro-runs; everything at scale is labkit's model (predicted). Units: GB = 1e9 bytes,
 # GiB = 2**30 bytes, "B" is bytes, "bn" a billion of something else.

@@ -80,8 +80,9 @@ print(f"smallest memory per GPU: {smallest} ({candidates[smallest] / 1e9:,.0f} G
 #
 # Two conventions sit under every figure here. **Capacity**: an A100 sold as "80 GB" holds
 # 80 GiB (2³⁰ bytes each), as the lines below print; not every "80 GB" GPU holds exactly that
-# (notebook 07 prints the H100-SXM's). The catalogue keeps the true capacity in bytes, which every fit
-# verdict in the lab uses, and the marketed figure × 1e9 for published tables that used it.
+# (notebook 07 prints the H100-SXM's). The catalogue keeps the true capacity in bytes, which fit
+# verdicts start from (some judge against what torch can allocate, `usable_memory_bytes`, a little
+# less), and the marketed figure × 1e9 for published tables that used it.
 # Sizes print in GB = 1e9 bytes unless a line says GiB.
 
 # %%
@@ -159,8 +160,8 @@ assert megatron.feasible and not pure_dp.feasible
 #
 # A plan is only as good as its step time. The advisor prices each layout from the shapes: its
 # kernels from a roofline of the GEMMs, attention and element-wise ops (GEMMs at 80% of the
-# peak unless a profile below fits its own share, the low end of the "up to 80-90%" Dao's
-# FlashAttention-2 paper gives for optimised GEMM),
+# peak, the low end of the "up to 80-90%" Dao's FlashAttention-2 paper gives for optimised GEMM,
+# unless a profile below fits its own share),
 # then the schedule's pipeline bubble, each collective once at the bus bandwidth NCCL reaches
 # (over every network port of a node that the group's GPUs use; one port per GPU under the
 # DeepSpeed profile below, a choice fitted on its table), and Adam. Megatron-LM's
@@ -243,8 +244,8 @@ for name in reference_sets.SETS:
 # Table 2 is the weakest evidence of the lot. Its ZeRO-3 rows rest on two constants that no other
 # publication of that code supports: no second run of 2021's DeepSpeed ZeRO-3 with its shapes is
 # published. So the table's two models are two sets, and each is held out against the values chosen
-# on the other model's three rows alone. Those are the same two values either way, and the values
-# fitted on both models together (all printed under the table), which is why each Table 2 set's
+# on the other model's three rows alone. Those are the same two values either way, and the same as
+# the values fitted on both models together (all printed under the table), which is why each Table 2 set's
 # held-out range equals its in-sample one; and they hold on the model they were not chosen on. That
 # is a real out-of-sample check (each model judged by values chosen on a model three times larger or
 # smaller, on other GPU counts), but one paper, one cluster and one version of the code stand behind
