@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import platform
+import statistics
 import time
 from collections.abc import Callable
 
@@ -107,6 +108,27 @@ def _per_call(x: torch.Tensor, calls: int, device: torch.device) -> float:
             torch.mul(x, 2.0, out=out)
 
     return _timed(many, device, repeats=3) / calls
+
+
+def bare_op_seconds(calls: int = 3000, device: torch.device | None = None) -> float:
+    """One bare op: a one-element ``torch.mul`` into a preallocated output in a Python loop, timed exactly as
+    ``launch_s`` is on a GPU (the unit the eager profile's host figures are measured in, ``measure.host_time``)."""
+    device = device or torch.device("cpu")
+    return _per_call(torch.zeros(1, device=device), calls, device)
+
+
+def in_bare_ops(fn: Callable[[], object], rounds: int = 7, calls: int = 3000,
+                device: torch.device | None = None) -> dict[str, float]:
+    """``fn``'s seconds in bare ops: rounds that alternate ``fn`` (the fastest of 5 runs) with a bare op, so a
+    shared machine that slows one slows both; the median of the rounds' ratios (``ops``) and the fastest of each
+    seen (``fn_s``, ``bare_op_s``)."""
+    device = device or torch.device("cpu")
+    runs, bares = [], []
+    for _ in range(rounds):
+        runs.append(_timed(fn, device, repeats=5))
+        bares.append(bare_op_seconds(calls, device))
+    return {"ops": statistics.median(r / b for r, b in zip(runs, bares, strict=True)), "fn_s": min(runs),
+            "bare_op_s": min(bares)}
 
 
 def _launch(device: torch.device, calls: int) -> float:

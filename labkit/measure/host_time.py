@@ -1,12 +1,12 @@
-"""The host's seconds of one eager layer's forward and backward, in bare ops: what ``profiles.EAGER_HOST_OPS`` stores.
+"""The host's seconds of one eager layer's forward and backward, in bare ops: what ``eager_ops.HOST_BARE_OPS`` stores.
 
 An eager training step on a GPU is issued op by op from Python: each op costs the host its Python call, the module
 calls around it, the dispatcher, autocast, autograd's bookkeeping and the launch call, and a small model's step is
 nothing but that (the GPU waits for work). On tiny tensors (hidden size 16, 8 tokens) the CPU's kernels do next to
 nothing too, so a step timed here is the host's time. It is reported, as ``optimizer_host`` reports the lab
 optimizer's loop, in units of one bare op timed exactly as ``labkit calibrate`` times ``launch_s``
-(``calibrate._per_call``: a one-element ``torch.mul`` into a preallocated output, in a Python loop), alternating
-with it in rounds and taking the median of the rounds' ratios: a shared machine that slows one slows both.
+(``calibrate.bare_op_seconds``), alternating with it in rounds and taking the median of the rounds' ratios
+(``calibrate.in_bare_ops``): a shared machine that slows one slows both. ``labkit bench`` prints them.
 
 Per layer: the same model at two depths (``DEPTHS``), the difference over the layers between them, so the
 embedding, the final norm, the head and the loss fall out (and are reported as what is left at the shallower
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.measure.calibrate import _per_call, _timed
+from labkit.measure.calibrate import bare_op_seconds, in_bare_ops
 from labkit.predict.eager_elementwise import Precision
 from labkit.shapes.hf_models import build_model, small_spec
 
@@ -87,7 +87,7 @@ def layer_host_ops(arch: str, prec: Precision, rounds: int = 7, calls: int = 300
     bare_seen = []
     for _ in range(rounds):
         t = {d: _pass_times(*models[d], prec.autocast) for d in DEPTHS}
-        bare = _per_call(torch.zeros(1), calls, torch.device("cpu"))
+        bare = bare_op_seconds(calls)
         bare_seen.append(bare)
         for j, name in enumerate(("forward", "backward")):
             per_layer = (t[hi][j] - t[lo][j]) / (hi - lo)
@@ -106,13 +106,8 @@ def tiny_gpt_step_ops(rounds: int = 7, calls: int = 3000) -> dict[str, float]:
 
     trainer = Trainer(TrainConfig(model=GPTConfig(vocab_size=vocab_size(), n_layer=2, d_model=8, n_head=2, seq_len=8,
                                                   dropout=0.1), batch_size=1, precision="bf16-mixed", threads=1))
-    dev = torch.device("cpu")
-    steps, bares = [], []
-    for _ in range(rounds):
-        steps.append(_timed(trainer.step, dev, repeats=5))
-        bares.append(_per_call(torch.zeros(1, device=dev), calls, dev))
-    ratios = [s / b for s, b in zip(steps, bares, strict=True)]
-    return {"ops": statistics.median(ratios), "step_s": min(steps), "bare_op_s": min(bares)}
+    r = in_bare_ops(trainer.step, rounds, calls)
+    return {"ops": r["ops"], "step_s": r["fn_s"], "bare_op_s": r["bare_op_s"]}
 
 
 # the eager sets' precisions (reference_sets): h200_eager.toml builds each model in its config's dtype (TinyLlama's
@@ -122,14 +117,3 @@ EAGER_CASES = {("llama", "h200-eager"): Precision(4, True, True), ("qwen2", "h20
                ("gpt2", "h200-eager"): Precision(4, True, True),
                **{(a, "lab"): Precision(2, autocast=False, dropout=False) for a in ARCHS}}
 
-
-if __name__ == "__main__":
-    torch.set_num_threads(1)
-    for (arch, case), prec in EAGER_CASES.items():
-        r = layer_host_ops(arch, prec)
-        print(f"{arch:8} {case:11} per layer forward {r['forward']:5.1f}, backward {r['backward']:5.1f} bare ops; "
-              f"outside {r['outside_forward']:5.1f}, {r['outside_backward']:5.1f}; "
-              f"bare op {r['bare_op_s'] * 1e6:.2f} us")
-    s = tiny_gpt_step_ops()
-    print(f"tiny GPT step: {s['ops']:.0f} bare ops ({s['step_s'] * 1e3:.2f} ms, bare op {s['bare_op_s'] * 1e6:.2f} us);"
-          f" x 9.4 us = {s['ops'] * 9.4e-3:.2f} ms beside the H200's measured 9.39 ms")
