@@ -94,21 +94,21 @@ class LayerTimes:
         """The GPU's seconds of the forward: its kernels and the gaps between them."""
         return self.gemm + self.attention + self.elementwise + self.launch
 
-    def _overlap(self, gpu: float, share: float) -> float:
+    def _overlap(self, gpu: float, dispatch: float, share: float) -> float:
         """The slower of a pass's GPU work (its share of the extra passes included) and its dispatch, less that
         share, which ``profiles.extra_seconds`` adds."""
-        return max(gpu, self.dispatch - share * self.unfused)
+        return max(gpu, dispatch - share * self.unfused)
 
     @property
     def forward(self) -> float:
-        return self._overlap(self.kernels, self.unfused_share)
+        return self._overlap(self.kernels, self.dispatch, self.unfused_share)
 
     @property
     def backward(self) -> float:
         launch = self.launch if self.backward_launch is None else self.backward_launch
         dispatch = self.dispatch if self.backward_dispatch is None else self.backward_dispatch
         gpu = BACKWARD_FACTOR * (self.gemm + self.attention + self.elementwise) + launch
-        return max(gpu, dispatch - (1 - self.unfused_share) * self.unfused)
+        return self._overlap(gpu, dispatch, 1 - self.unfused_share)
 
 
 def kernel_seconds(flops: float, nbytes: float, dev: Device, dtype: str = "bf16",

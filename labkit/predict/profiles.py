@@ -181,10 +181,10 @@ class Profile:
         """The host's seconds to issue one layer's ops in one pass, overlapping the GPU's (``compute.LayerTimes``)."""
         return self.kernels_per_layer * self.dispatch_s
 
-    def layer_kwargs(self, shape, counted: eager_elementwise.Precision | None = None) -> dict:
+    def layer_kwargs(self, shape) -> dict:
         """The per-layer launch, dispatch and element-wise arguments of ``compute.layer_times`` for ``shape``:
-        ``kernels_per_layer`` in each pass, or (``counted``, default the profile's) each pass's counted ops."""
-        prec = counted or self.counted
+        ``kernels_per_layer`` in each pass, or (a ``counted`` profile) each pass's counted ops."""
+        prec = self.counted
         if prec is None:
             return {"launch_s": self.launch_per_layer_s, "dispatch_s": self.dispatch_per_layer_s,
                     "unfused_passes": self.bsh_passes}
