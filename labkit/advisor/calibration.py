@@ -104,9 +104,10 @@ def _compare(table: str, row: dict) -> Comparison:
                       flops / (step * n) / 1e12, plan.feasible, times)
 
 
-def compare(table: str = "table1") -> list[Comparison]:
-    """Every row of ``table`` (``table1``: PTD-P weak scaling; ``table2``: ZeRO-3 without model parallelism)."""
-    return [_compare(table, r) for r in rows(table)]
+def compare(table: str = "table1", params_billion: float | None = None) -> list[Comparison]:
+    """Every row of ``table`` (``table1``: PTD-P weak scaling; ``table2``: ZeRO-3 without model parallelism), or
+    only those of the model of ``params_billion`` (as printed)."""
+    return [_compare(table, r) for r in rows(table) if params_billion in (None, r["params_billion"])]
 
 
 def comparison_table(comparisons: list[Comparison]) -> str:
