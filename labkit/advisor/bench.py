@@ -20,8 +20,8 @@ def main(quick: bool = False) -> None:
         print(f"  fitted constants of {reference_sets.FRAMEWORK[name]}: "
               f"{'; '.join(holdout.sources(name)) or 'none'}")
         if holdout.sources(name):
-            bare = [r.ratio for r in holdout.at_priors(name)]
-            print(f"  with them at their values before fitting: {min(bare):.2f}-{max(bare):.2f}")
+            lo, hi = holdout.prior_range(name)
+            print(f"  with them at their values before fitting: {lo:.2f}-{hi:.2f}")
         print(f"  predicted/published in-sample {s.in_sample[0]:.2f}-{s.in_sample[1]:.2f} (spread {s.spread:.2f}; "
               f"target within {IN_SAMPLE_TOLERANCE:.0%}); leave-one-set-out {s.held_out[0]:.2f}-{s.held_out[1]:.2f} "
               f"(spread {s.held_out_spread:.2f}; target within {HELD_OUT_TOLERANCE:.0%})")

@@ -113,6 +113,31 @@ def at_priors(name: str) -> tuple[rs.Reference, ...]:
         return rs.compare(name)
 
 
+def prior_range(name: str) -> tuple[float, float]:
+    """The lowest and highest ratio of set ``name`` at its profile's priors (:func:`at_priors`)."""
+    ratios = [r.ratio for r in at_priors(name)]
+    return min(ratios), max(ratios)
+
+
+def fit_report() -> str:
+    """What the held-out table stands on (notebook 09): each fitted constant as fitted and before fitting; the
+    values each held-out set is judged by and the sets they were chosen on; each set whose profile has fitted
+    constants at their priors (:func:`prior_range`)."""
+    out = [f"{c.profile} {c.field} = {getattr(profiles.PROFILES[c.profile], c.field)} as fitted on "
+           f"{' and '.join(c.fitted_on)}; {c.prior} before fitting" for c in FITTED]
+    for name in rs.SETS:
+        values, chosen_on = held_out_values(name)
+        if values:
+            out.append(f"{name} held out: {', '.join(f'{k} = {v}' for k, v in values.items())}, "
+                       f"chosen on {', '.join(chosen_on) or 'nothing (the priors)'}")
+    for name in rs.SETS:
+        if sources(name):
+            lo, hi = prior_range(name)
+            out.append(f"{name}: {lo:.2f}-{hi:.2f} with every fitted constant of {rs.FRAMEWORK[name]} at its "
+                       "value before fitting")
+    return "\n".join(out)
+
+
 def sources(name: str) -> list[str]:
     """Each fitted constant of reference set ``name``'s profile, with the sets it came from."""
     return [f"{c.field} = {getattr(profiles.PROFILES[c.profile], c.field)} (fitted on {' and '.join(c.fitted_on)})"

@@ -16,7 +16,7 @@ from labkit.advisor import exercises as _exercises  # noqa: F401  (registers the
 from labkit.advisor.report import advice_text
 from labkit.measure import measure_step
 from labkit.measure.compare import memory_comparison, setup_for
-from labkit.predict import conventions, largest, profiles
+from labkit.predict import conventions, largest
 from labkit.rig.model import GPTConfig
 from labkit.rig.train import TrainConfig, Trainer, seed_everything
 from labkit.shapes import ModelShape
@@ -221,19 +221,7 @@ assert max(r.ratio for r in table1) - min(r.ratio for r in table1) <= 0.17
 # %%
 print(holdout.table())
 assert holdout.misses() == (set(holdout.IN_SAMPLE_OPEN), set(holdout.HELD_OUT_OPEN))  # the open sets, no other
-for c in holdout.FITTED:
-    print(f"{c.profile} {c.field} = {getattr(profiles.PROFILES[c.profile], c.field)} as fitted on "
-          f"{' and '.join(c.fitted_on)}; {c.prior} before fitting")
-for name in reference_sets.SETS:
-    values, chosen_on = holdout.held_out_values(name)
-    if values:
-        print(f"{name} held out: {', '.join(f'{k} = {v}' for k, v in values.items())}, "
-              f"chosen on {', '.join(chosen_on) or 'nothing (the priors)'}")
-for name in reference_sets.SETS:
-    if holdout.sources(name):
-        bare = [r.ratio for r in holdout.at_priors(name)]
-        print(f"{name}: {min(bare):.2f}-{max(bare):.2f} with every fitted constant of "
-              f"{reference_sets.FRAMEWORK[name]} at its value before fitting")
+print(holdout.fit_report())
 
 # %% [markdown]
 # The table says where the model has earned its figures. A set on which nothing is fitted (Table 1,
