@@ -34,7 +34,6 @@ import contextlib
 import ctypes
 import datetime
 import os
-import pickle
 import shutil
 import signal
 import sys
@@ -51,7 +50,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from labkit.dist import diagnose
+from labkit.dist import diagnose, results
 from labkit.dist.context import context
 from labkit.errors import LabkitError, require_positive
 
@@ -86,6 +85,7 @@ class _Job:
     threads: int
     timeout: float
     seed: int
+    untrusted: bool = False
 
 
 def _die_with_parent() -> None:
@@ -95,12 +95,6 @@ def _die_with_parent() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except OSError:
             pass
-
-
-def _write(path: Path, payload: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(pickle.dumps(payload))
-    os.replace(tmp, path)  # the parent never reads half a result
 
 
 def _worker(rank: int, job: _Job) -> None:
@@ -121,12 +115,12 @@ def _worker(rank: int, job: _Job) -> None:
         except BaseException:
             failed_at = time.time()
             raise
-        _write(out, ("ok", result))
+        results.write(out, ("ok", result), job.untrusted)
     except BaseException as err:  # noqa: BLE001 - everything goes back to the parent
         when = failed_at or time.time()
         # Report first and leave the group without a clean shutdown: destroying it could wait on
         # collectives in flight; exiting closes the sockets, which tells the peers at once.
-        _write(out, ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), when))
+        results.write(out, ("error", f"{type(err).__name__}: {err}", traceback.format_exc(), when), job.untrusted)
         os._exit(1)
     # Reported before teardown: gloo's teardown aborts now and then (exit -6, about 1 run in 25
     # here); the parent accepts a rank that reported "ok" whatever its exit code.
@@ -145,7 +139,7 @@ def _stop(procs: list) -> None:
 
 @contextmanager
 def _group(fn: Callable[..., Any], world_size: int, timeout: float, threads: int, seed: int,
-           kwargs: dict[str, Any]) -> Iterator[tuple[list, Path]]:
+           kwargs: dict[str, Any], untrusted: bool = False) -> Iterator[tuple[list, Path]]:
     """Check the arguments and start the ranks; on leaving, kill and reap every child, remove the folder."""
     require_positive("world_size", world_size)
     if world_size > MAX_LOCAL_RANKS:
@@ -156,7 +150,7 @@ def _group(fn: Callable[..., Any], world_size: int, timeout: float, threads: int
         raise LabkitError(f"fn must be a function of an importable module, not {fn!r} (spawn cannot pickle it)")
     workdir, procs = tempfile.mkdtemp(prefix="labkit-dist-"), []
     try:
-        job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed)
+        job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed, untrusted)
         procs = [context().Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
                  for r in range(world_size)]  # fmt: skip
         for p in procs:
@@ -170,15 +164,16 @@ def _group(fn: Callable[..., Any], world_size: int, timeout: float, threads: int
 
 
 def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threads: int = 1, seed: int = 0,
-        **kwargs: Any) -> list[Any]:
+        untrusted: bool = False, **kwargs: Any) -> list[Any]:
     """Run ``fn(rank, world_size, **kwargs)`` on ``world_size`` local ranks; results in rank order.
 
     ``threads`` is torch's intra-op thread count per rank (1 keeps results
     bit-identical from run to run). Raises :class:`WorkerError` if a rank raises or dies
     (the others are stopped at once), :class:`WorkerTimeout` if the ranks have not all
-    finished after ``timeout`` s. See :func:`run_outcomes` when a rank is meant to die.
+    finished after ``timeout`` s. See :func:`run_outcomes` when a rank is meant to die. ``untrusted``: the ranks
+    run code the caller does not trust; their results are read as plain data only (:mod:`labkit.dist.results`).
     """
-    with _group(fn, world_size, timeout, threads, seed, kwargs) as (procs, workdir):
+    with _group(fn, world_size, timeout, threads, seed, kwargs, untrusted) as (procs, workdir):
         diagnose.wait_started(workdir, procs)
         deadline = time.monotonic() + timeout
         pending = {p.sentinel: r for r, p in enumerate(procs)}
@@ -189,10 +184,13 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
             for sentinel in wait(list(pending), timeout=left):
                 rank = pending.pop(sentinel)
                 procs[rank].join(timeout=5)  # reap it, so its exit code is known
-                if _status(workdir, rank) != "ok":  # raised, or exited (even with 0) without reporting
+                if results.read(workdir / f"rank{rank}.pkl", untrusted)[0] != "ok":  # raised, or exited unreported
                     _wait_all(procs, FAILURE_GRACE_S)  # let the others report what they saw
-                    _raise_first_failure(workdir, procs)
-        return [pickle.loads((workdir / f"rank{r}.pkl").read_bytes())[1] for r in range(world_size)]
+                    _raise_first_failure(workdir, procs, untrusted)
+        reports = [results.read(workdir / f"rank{r}.pkl", untrusted) for r in range(world_size)]
+        if any(r[0] != "ok" for r in reports):  # an untrusted rank may rewrite a peer's report after it exits
+            _raise_first_failure(workdir, procs, untrusted)
+        return [r[1] for r in reports]
 
 
 @dataclass(frozen=True)
@@ -228,8 +226,7 @@ def run_outcomes(fn: Callable[..., Any], world_size: int, *, timeout: float = 60
 
 
 def _outcome(workdir: Path, rank: int, code: int) -> RankOutcome:
-    path = workdir / f"rank{rank}.pkl"
-    status, *rest = pickle.loads(path.read_bytes()) if path.exists() else ("died",)
+    status, *rest = results.read(workdir / f"rank{rank}.pkl")
     if status == "error":
         return RankOutcome(rank, "raised", code, None, rest[0], rest[1])
     died = RankOutcome(rank, "died", code, None, f"exited with code {code} before reporting a result")
@@ -248,12 +245,7 @@ def _wait_all(procs: list, seconds: float) -> None:
         p.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def _status(workdir: Path, rank: int) -> str:
-    path = workdir / f"rank{rank}.pkl"  # what the rank reported: "ok", "error", or "missing"
-    return pickle.loads(path.read_bytes())[0] if path.exists() else "missing"
-
-
-def _raise_first_failure(workdir: Path, procs: list) -> None:
+def _raise_first_failure(workdir: Path, procs: list, untrusted: bool = False) -> None:
     """Raise for the rank that failed first: the others usually fail *because* it did.
 
     When one rank raises, its peers see a closed connection a moment later; the
@@ -261,8 +253,7 @@ def _raise_first_failure(workdir: Path, procs: list) -> None:
     """
     failures = []
     for rank, p in enumerate(procs):
-        path = workdir / f"rank{rank}.pkl"
-        status, *rest = pickle.loads(path.read_bytes()) if path.exists() else ("missing",)
+        status, *rest = results.read(workdir / f"rank{rank}.pkl", untrusted)
         if status == "error":
             failures.append((rest[2], rank, rest[0], rest[1]))
         elif status != "ok" and p.exitcode is not None:  # exited (even with 0) before reporting
