@@ -16,13 +16,17 @@ from labkit.practice.build.harness import (  # noqa: F401 - the package's API, a
     BUILDS,
     BuildExercise,
     check_build,
+    collect_record,
+    draw_params,
+    hidden_params,
+    judge_record,
     launch,
     load_module,
     open_stub,
     register_build,
 )
 
-EXERCISES = ("zero1", "onef1b", "tp_layers", "act_offload", "sharded_ckpt")  # importing each registers it
+EXERCISES = ("zero1", "zero2", "onef1b", "tp_layers", "act_offload", "sharded_ckpt")  # importing each registers it
 for _name in EXERCISES:
     if (Path(__file__).parent / f"{_name}.py").is_file():  # one not yet written is skipped
         importlib.import_module(f"labkit.practice.build.{_name}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import itertools
+import json
+import random
 import shutil
 import sys
 import types
@@ -26,24 +28,36 @@ from typing import Any
 
 from labkit import dist as ldist
 from labkit.errors import LabkitError, require_choice
-from labkit.practice.coding import Case, CodingExercise, failed_tries, register
-from labkit.teach.feedback import Feedback
-from labkit.teach.journal import record
+from labkit.practice.build.diagnosis import BadRecord
+from labkit.practice.coding import Case, CodingExercise, register
 
 STUBS = Path(__file__).resolve().parent / "stubs"
+HIDDEN = Path(__file__).resolve().parents[3] / "instructor" / "build" / "hidden.json"  # not in the student release
 _loaded = itertools.count()
 
 
 @dataclass(frozen=True)
 class BuildExercise:
-    """One build-it exercise: the stub to copy, the task, the graded run, the general hints, the worked answer."""
+    """One build-it exercise: the stub to copy, the task, the three sides of its check, the hints, the worked answer.
+
+    The check is split by trust. ``draw(seed)`` (trusted) draws the run's parameters as plain data (world sizes,
+    hyperparameters, shapes); ``collect(path, params)`` (UNTRUSTED: it starts the ranks that import the learner's
+    module, :func:`labkit.practice.build.records.ranks`) returns a plain record of what the ranks executed and
+    computed, with a learner's fault as a ``{"failure": ...}`` entry, never an exception; ``judge(record, params)``
+    (trusted, in a process that never imports the learner's module) validates the record, computes the reference
+    itself from ``params`` and returns the named cases. ``run`` is the older single-process check (the
+    learner's module path -> cases), kept while an exercise still uses it.
+    """
 
     key: str  # e.g. "02.build.zero1"
     stub: str  # template file name in labkit/practice/build/stubs/, e.g. "zero1.py"
     task: str  # what to write: the functions or classes and their signatures
-    run: Callable[[Path], list[Case]]  # the learner's module path -> cases (runs real process groups)
-    hint: tuple[str, ...]  # general hint steps (a question, then a direction)
-    worked: str  # the worked answer in words
+    run: Callable[[Path], list[Case]] | None = None  # older exercises: module path -> cases (same process)
+    hint: tuple[str, ...] = ()  # general hint steps (a question, then a direction)
+    worked: str = ""  # the worked answer in words
+    draw: Callable[[int], dict] | None = None  # seed -> the run's parameters (plain data)
+    collect: Callable[[Path, dict], dict] | None = None  # (module path, params) -> record (plain data)
+    judge: Callable[[dict, dict], list[Case]] | None = None  # (record, params) -> cases
 
 
 BUILDS: dict[str, BuildExercise] = {}
@@ -53,8 +67,10 @@ def register_build(ex: BuildExercise) -> None:
     """Register ``ex``, and a :class:`CodingExercise` under the same key for the journal, hints, key and collect."""
     if not (STUBS / ex.stub).is_file():
         raise LabkitError(f"stub must be a file in {STUBS} (no {ex.stub!r})")
+    if ex.run is None and None in (ex.draw, ex.collect, ex.judge):
+        raise LabkitError(f"{ex.key}: a build exercise needs draw, collect and judge (or the older run)")
     BUILDS[ex.key] = ex
-    register(CodingExercise(ex.key, ex.task, lambda path, **_: ex.run(Path(path)), ex.hint, ex.worked))
+    register(CodingExercise(ex.key, ex.task, lambda path, **_: cases_of(ex.key, Path(path)), ex.hint, ex.worked))
 
 
 def open_stub(key: str, folder: str | Path = ".") -> Path:
@@ -133,47 +149,86 @@ def launch(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout
         return None, Case(f"{what} on {world_size} ranks within {timeout:g} s", False, str(err))
 
 
-def _feedback(ex: BuildExercise, key: str, cases: list[Case]) -> Feedback:
-    failed = [c for c in cases if not c.ok]
-    lines = [f"{'pass' if c.ok else 'FAIL'}  {c.name}" + (f": {c.detail}" if c.detail and not c.ok else "")
-             for c in cases]  # fmt: skip
-    if not failed:
-        return Feedback(True, "\n".join([f"All {len(cases)} tests pass.", *lines]))
-    from labkit.practice.coding import CODING
-
-    steps = CODING[key].steps_for(failed)
-    tries = max(1, failed_tries(key))  # this try included; 0 when the journal is /dev/null (a re-grade)
-    shown = [s if s.startswith("Worked answer") else f"Hint {i + 1}: {s}" for i, s in enumerate(steps[:tries])]
-    more = ["(Try again: each failed try shows one more step.)"] if tries < len(steps) else []
-    return Feedback(False, "\n".join([f"{len(failed)} of {len(cases)} tests fail.", *lines, *shown, *more]),
-                    failed[0].name)
+def draw_params(key: str, seed: int | None = None) -> dict:
+    """Exercise ``key``'s run parameters for ``seed`` (a fresh random seed when None): plain data, with the seed."""
+    require_choice("build exercise", key, BUILDS)
+    ex = BUILDS[key]
+    if ex.draw is None:
+        return {}
+    seed = random.SystemRandom().randrange(2**31) if seed is None else int(seed)
+    return {**ex.draw(seed), "seed": seed}
 
 
-def check_build(key: str, path: str | Path) -> Feedback:
-    """Grade the learner's module at ``path`` for exercise ``key`` on real process groups; record the try.
+def hidden_params(key: str, params: dict) -> list[dict]:
+    """The hidden runs of ``key``: each override of ``instructor/build/hidden.json`` merged over ``params``."""
+    require_choice("build exercise", key, BUILDS)
+    if not HIDDEN.is_file():
+        raise LabkitError(f"hidden cases need {HIDDEN} (the instructor's folder; not in the student release)")
+    table = json.loads(HIDDEN.read_text())
+    return [{**params, **override, "hidden": True} for override in table.get(key, [])]
 
-    The journal records the module's source and path with the verdict (that is what the hand-in carries and
-    what ``python -m labkit.course collect`` re-runs); hints escalate one step per failed try, as
-    :func:`labkit.practice.coding.check_code` does. A module still equal to its stub is "not written yet"
-    at once, without starting any process.
+
+def not_written(record: Any) -> str:
+    """The learner's NotImplementedError message if any run of ``record`` stopped on one, else ""."""
+    if isinstance(record, dict):
+        failure = record.get("failure")
+        if isinstance(failure, dict) and failure.get("kind") == "not_written":
+            return str(failure.get("message", ""))[:300]
+        return next((m for v in record.values() if (m := not_written(v))), "")
+    if isinstance(record, list):
+        return next((m for v in record if (m := not_written(v))), "")
+    return ""
+
+
+def collect_record(key: str, path: str | Path, params: dict) -> dict:
+    """(UNTRUSTED side.) Run the learner's module at ``path`` with ``params``; the plain record the ranks wrote.
+
+    A module still equal to its stub gives ``{"failure": {"kind": "not_written", ...}}`` without processes.
     """
     require_choice("build exercise", key, BUILDS)
     ex, path = BUILDS[key], Path(path)
-    if path.suffix != ".py" or not path.is_file():
-        raise LabkitError(f"path must be the exercise's .py file (no file {str(path)!r}); open_stub({key!r}) "
-                          "makes it")
-    source = path.read_text(encoding="utf-8", errors="replace")
-    if is_blank(key, source):
-        return Feedback(False, f"Not written yet: {path.name} is still the stub. {ex.task}")
+    if is_blank(key, path.read_text(encoding="utf-8", errors="replace")):
+        return {"failure": {"kind": "not_written", "message": f"{path.name} is still the stub"}}
+    if ex.collect is None:
+        raise LabkitError(f"{key} has no collect (an older exercise: check_build runs it whole)")
+    return ex.collect(path, params)
+
+
+def judge_record(key: str, record: Any, params: dict) -> list[Case]:
+    """(TRUSTED side.) The cases of ``record``: the exercise's judge, which computes its own reference.
+
+    A record that is not what the ranks write (a missing field, a wrong type or shape, doubled entries) is one
+    failed case naming what is wrong, never an exception.
+    """
+    require_choice("build exercise", key, BUILDS)
+    ex = BUILDS[key]
+    if ex.judge is None:
+        raise LabkitError(f"{key} has no judge (an older exercise: check_build runs it whole)")
+    if not isinstance(record, dict):
+        return [Case("the run's record is well-formed", False, f"a record is a dict (got {type(record).__name__})")]
     try:
-        cases = ex.run(path)
-    except NotImplementedError as err:
-        return Feedback(False, f"Not written yet: part of {path.name} still raises NotImplementedError ({err}). "
-                               f"{ex.task}")
-    except SyntaxError as err:
-        cases = [Case("the module imports", False, f"SyntaxError: {err}")]
-    fb = _feedback(ex, key, cases)
-    failed = [c.name for c in cases if not c.ok]
-    record("coding", key, path.name, fb.ok, "; ".join(failed), source=source, path=str(path.resolve()),
-           failed=failed)
-    return fb
+        return ex.judge(record, params)
+    except (BadRecord, KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as err:
+        return [Case("the run's record is well-formed", False, f"malformed record: {type(err).__name__}: {err}")]
+
+
+def cases_of(key: str, path: Path, seed: int | None = None, hidden: bool = False) -> list[Case]:
+    """Every case of the module at ``path``: draw, collect, judge, for the visible run (and the hidden ones).
+
+    Raises ``NotImplementedError`` when part of the module is still the stub's.
+    """
+    ex = BUILDS[key]
+    if ex.draw is None:
+        return ex.run(path)  # type: ignore[misc]
+    params = draw_params(key, seed)
+    cases: list[Case] = []
+    for i, p in enumerate([params, *(hidden_params(key, params) if hidden else [])]):
+        record = collect_record(key, path, p)
+        if message := not_written(record):
+            raise NotImplementedError(message)
+        got = judge_record(key, record, p)
+        cases += got if i == 0 else [Case(f"hidden {i}: {c.name}", c.ok, c.detail, c.hints) for c in got]
+    return cases
+
+
+from labkit.practice.build.feedback import check_build  # noqa: E402, F401 - the check, built on the above
