@@ -62,13 +62,18 @@ predicted_extra_traffic = None  # a factor, e.g. 2.0
 #
 # After the last step each rank counts, storage by storage, the bytes it keeps (B), and
 # every collective of a step is counted as it is issued (elements per call; an element
-# here is one fp32 value, 4 B). The `unit` column says which is which.
+# here is one fp32 value, 4 B). The runs judge your two guesses first; their table (its `unit`
+# column says which is which) follows in section 3, so nothing on screen answers them before.
 
 # %%
 results = zero.run_strategies(world_size=2, steps=5)
 results4 = zero.run_strategies(("zero3",), world_size=4, steps=3)
-print(f"Psi = {results['ddp'][0].params:,} parameters; fp32 AdamW: 4 + 4 + 8 bytes per parameter")
-print(report.zero_table(results))
+share = sum(results4["zero3"][0].held.values()) / sum(results["ddp"][0].held.values())
+print(checks.reveal_number(predicted_share_stage3, share, "Share of DDP's bytes per rank under zero3, 4 ranks",
+                           "", 1.0, key="02.predict.zero3_share"))
+extra = zero.volume(results["zero3"][0].steady) / zero.volume(results["ddp"][0].steady)
+print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0,
+                           key="02.predict.zero3_traffic"))
 
 # %% [markdown]
 # ## 3 · Explain: the ZeRO formulas beside the measurement
@@ -82,14 +87,8 @@ print(report.zero_table(results))
 
 # %%
 assert report.worst_zero_error(results) == 0 and report.worst_zero_error(results4) == 0
-share = sum(results4["zero3"][0].held.values()) / sum(results["ddp"][0].held.values())
-print(checks.reveal_number(predicted_share_stage3, share, "Share of DDP's bytes per rank under zero3, 4 ranks",
-                           "", 1.0, key="02.predict.zero3_share"))
-extra = zero.volume(results["zero3"][0].steady) / zero.volume(results["ddp"][0].steady)
-print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP traffic (measured)", "x", 1.0,
-                           key="02.predict.zero3_traffic"))
-
-# %%
+print(f"Psi = {results['ddp'][0].params:,} parameters; fp32 AdamW: 4 + 4 + 8 bytes per parameter")
+print(report.zero_table(results))
 print(f"zero3 on 4 ranks keeps {share:.2f} of DDP's bytes per rank (measured)")
 
 # %% [markdown]

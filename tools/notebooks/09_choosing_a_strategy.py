@@ -275,16 +275,17 @@ flow.draw(advice, title=f"GPT-3 on 1,024 A100s: {advice.best.layout.label}")
 # (DGX H100 nodes), a budget of $3.0 M at on-demand prices. Propose a plan (fields of `Layout`:
 # dp, tp, pp, cp, micro_batch, zero_stage, recompute, offload, precision, optimizer_bits, schedule,
 # chunks, sp, attention, first_stage_layers, last_stage_layers); the advisor grades it against
-# its best and names the largest difference. Megatron-LM's example configuration is filled in;
-# try to beat it. The advisor searches a finite set of layouts with a model only as accurate as
-# section 5 shows (the worst error of each reference set is printed there), so a plan can beat
-# it: the grade then says so.
+# its best and names the largest difference. Megatron-LM's example configuration is dp 8, tp 8,
+# pp 16, micro-batch 1, full recompute: type yours (or that one) into `my_plan` and try to beat
+# it. The advisor searches a finite set of layouts with a model only as accurate as section 5
+# shows (the worst error of each reference set is printed there), so a plan can beat it: the
+# grade then says so.
 
 # %%
-my_plan = {"dp": 8, "tp": 8, "pp": 16, "micro_batch": 1, "recompute": "full"}
+my_plan = None  # your plan, a dict of Layout fields: {"dp": ..., "tp": ..., "pp": ..., "micro_batch": ...}
 
 # %%
-capstone.grade(my_plan)
+capstone.grade(my_plan) if my_plan is not None else print("Not answered yet: set my_plan above and run both cells.")
 
 # %% [markdown]
 # ## 8 · Design: your model, your cluster
