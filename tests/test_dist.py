@@ -1,9 +1,14 @@
-"""The local launcher: results back in rank order, failures and hangs reported, nothing left behind."""
+"""The local launcher: results back in rank order, failures and hangs reported, nothing left behind.
+
+Cost: about 60 s on 2 cores (process groups; the hang tests wait out their timeouts; the killed launcher, one
+subprocess that imports torch, about 6 s)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -189,3 +194,46 @@ def test_run_outcomes_returns_a_raised_error_and_checks_its_arguments():
     with pytest.raises(LabkitError, match="world_size must be at most 8"):
         dist.run_outcomes(dist.all_reduce_demo, 9)
     assert not _children()
+
+
+def _proc_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, start time) of every process, from /proc."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            table[int(entry.name)] = (int(fields[1]), fields[0], fields[19])
+    return table
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root`` (pid -> start time): its forkserver, resource tracker and ranks."""
+    table, found = _proc_table(), {root}
+    while grown := {p for p, (pp, _, _) in table.items() if pp in found and p not in found}:
+        found |= grown
+    return {p: table[p][2] for p in found - {root} if table[p][1] != "Z"}
+
+
+def test_a_sigkilled_launcher_leaves_no_forkserver_tracker_or_rank():
+    """The ranks' parent is the forkserver, which a SIGKILLed launcher left alive with its resource tracker and
+    both ranks (still there 90 s later): each rank now watches the launcher (labkit.dist.lifeline)."""
+    code = "from labkit import dist; dist.run(dist.faulty_worker, 2, timeout=600, bad_rank=1, mode='hang')"
+    launcher = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while len(kids := _descendants(launcher.pid)) < 4 and time.monotonic() < deadline:  # server, tracker, 2 ranks
+            time.sleep(0.1)
+        assert len(kids) >= 4, kids
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 20
+    while (alive := {p for p, (_, st, t0) in _proc_table().items() if kids.get(p) == t0 and st != "Z"}) and (
+            time.monotonic() < deadline):
+        time.sleep(0.1)
+    for pid in alive:  # leave nothing behind even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"{len(alive)} of the launcher's {len(kids)} processes outlived it"

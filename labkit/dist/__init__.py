@@ -17,7 +17,8 @@ results in rank order. It is written for a classroom kernel that re-runs cells:
   a loaded machine is not a hang) and a :class:`WorkerTimeout`
   names the rank that did not reach the collective the others wait in (``labkit.dist.diagnose``);
 * no orphans: every child is killed and reaped when ``run`` returns or raises
-  (even on KeyboardInterrupt), and a child dies with its parent (``PR_SET_PDEATHSIG``);
+  (even on KeyboardInterrupt), and a child dies with its launcher, even a SIGKILLed one
+  (``PR_SET_PDEATHSIG`` and :mod:`labkit.dist.lifeline`), and so then do the forkserver and resource tracker;
 * ``run_outcomes`` is the same launch for a rank that dies on purpose: the others carry
   on, and each rank's exit code, result or error comes back instead of an exception.
 
@@ -31,11 +32,9 @@ caller nor bound a hung worker by a deadline.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -50,7 +49,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from labkit.dist import diagnose, results
+from labkit.dist import diagnose, lifeline, results
 from labkit.dist.context import context
 from labkit.errors import LabkitError, require_positive
 
@@ -86,19 +85,12 @@ class _Job:
     timeout: float
     seed: int
     untrusted: bool = False
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent exits (no orphans)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+    launcher: int = 0  # the launcher's pid: a rank dies with it (labkit.dist.lifeline)
 
 
 def _worker(rank: int, job: _Job) -> None:
-    _die_with_parent()
+    lifeline.die_with_parent()
+    lifeline.die_with(job.launcher)  # its parent is the forkserver, which a killed launcher leaves alive
     diagnose.arm(job.workdir, rank)
     os.environ.update(GLOO_SOCKET_IFNAME=LOOPBACK, MASTER_ADDR="127.0.0.1")
     out = Path(job.workdir) / f"rank{rank}.pkl"
@@ -150,7 +142,7 @@ def _group(fn: Callable[..., Any], world_size: int, timeout: float, threads: int
         raise LabkitError(f"fn must be a function of an importable module, not {fn!r} (spawn cannot pickle it)")
     workdir, procs = tempfile.mkdtemp(prefix="labkit-dist-"), []
     try:
-        job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed, untrusted)
+        job = _Job(fn, world_size, kwargs, workdir, threads, timeout, seed, untrusted, os.getpid())
         procs = [context().Process(target=_worker, args=(r, job), daemon=True, name=f"labkit-rank{r}")
                  for r in range(world_size)]  # fmt: skip
         for p in procs:
@@ -176,7 +168,7 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
     with _group(fn, world_size, timeout, threads, seed, kwargs, untrusted) as (procs, workdir):
         diagnose.wait_started(workdir, procs)
         deadline = time.monotonic() + timeout
-        pending = {p.sentinel: r for r, p in enumerate(procs)}
+        pending, reports, seals = {p.sentinel: r for r, p in enumerate(procs)}, {}, {}
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -184,13 +176,14 @@ def run(fn: Callable[..., Any], world_size: int, *, timeout: float = 60.0, threa
             for sentinel in wait(list(pending), timeout=left):
                 rank = pending.pop(sentinel)
                 procs[rank].join(timeout=5)  # reap it, so its exit code is known
-                if results.read(workdir / f"rank{rank}.pkl", untrusted)[0] != "ok":  # raised, or exited unreported
+                reports[rank], seals[rank] = results.read_sealed(workdir / f"rank{rank}.pkl", untrusted)
+                if reports[rank][0] != "ok":  # raised, or exited unreported
                     _wait_all(procs, FAILURE_GRACE_S)  # let the others report what they saw
                     _raise_first_failure(workdir, procs, untrusted)
-        reports = [results.read(workdir / f"rank{r}.pkl", untrusted) for r in range(world_size)]
-        if any(r[0] != "ok" for r in reports):  # an untrusted rank may rewrite a peer's report after it exits
-            _raise_first_failure(workdir, procs, untrusted)
-        return [r[1] for r in reports]
+        for r in range(world_size) if untrusted else ():  # a rank's code may rewrite a peer's report after it exits
+            if results.seal(workdir / f"rank{r}.pkl") != seals[r]:
+                raise WorkerError(r, "its report was rewritten after it exited (another rank's code wrote it)", "")
+        return [reports[r][1] for r in range(world_size)]
 
 
 @dataclass(frozen=True)
@@ -264,27 +257,5 @@ def _raise_first_failure(workdir: Path, procs: list, untrusted: bool = False) ->
     raise WorkerError(rank, message, remote)
 
 
-def main_under_torchrun(fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """Run ``fn`` on this rank of a torchrun job; rank 0 prints the result as JSON.
-
-    torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Where CUDA exists the
-    group carries CPU tensors over gloo and CUDA tensors over NCCL, so the lab's
-    CPU-resident examples run unchanged on a GPU cluster, and a worker that moves its
-    model to ``cuda`` gets NCCL.
-    """
-    import json
-
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"  # each tensor on its own device's backend
-    dist.init_process_group(backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    try:
-        result = fn(rank, world, **kwargs)
-        if rank == 0:
-            print(json.dumps(result, default=str), flush=True)
-        dist.barrier()  # no rank tears gloo down while a peer still talks to it (SIGABRT, ~1 run in 25)
-    finally:
-        dist.destroy_process_group()
-    return result
-
-
+from labkit.dist.torchrun import main_under_torchrun  # noqa: E402, F401 - the same fn under torchrun
 from labkit.dist.workers import all_reduce_demo, faulty_worker  # noqa: E402, F401 - the demo workers

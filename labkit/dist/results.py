@@ -5,11 +5,16 @@ launcher does not trust (a learner's build-it module graded by :mod:`labkit.prac
 ``collect``) is read with ``untrusted=True``: the file must be at most :data:`MAX_UNTRUSTED_BYTES` and is loaded
 with ``torch.load(weights_only=True)``, which builds tensors, numbers, strings, lists, tuples and dicts and
 refuses every other class, so whatever the rank wrote into its file cannot run code in the launcher. A file that
-is too large or not such a payload reads as the rank's error, never as a crash of the launcher.
+is too large (refused before it is read) or not such a payload reads as the rank's error, never as a crash of the
+launcher. Every report is read with its sha256 (:func:`read_sealed`): the launcher reads each rank's report when that
+rank exits and checks at the end that none has changed since, so a rank that rewrites a peer's report after the
+peer exited is caught. What no file can show is a rewrite between a peer's own write and its exit (it looks like
+the peer's report): only keeping the ranks apart (``labkit.course``'s sandbox) closes that.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import pickle
@@ -39,15 +44,39 @@ def read(path: Path, untrusted: bool = False) -> tuple:
     With ``untrusted``, a report that is too large, unreadable or not of that shape is an ``"error"`` report
     saying so (the rank's code wrote something other than a result).
     """
-    if not path.exists():
-        return ("missing",)
-    if not untrusted:
-        return pickle.loads(path.read_bytes())
-    size = path.stat().st_size
-    if size > MAX_UNTRUSTED_BYTES:
-        return ("error", f"its report is {size:,} bytes, over the limit of {MAX_UNTRUSTED_BYTES:,}", "", 0.0)
+    return read_sealed(path, untrusted)[0]
+
+
+def seal(path: Path) -> str | None:
+    """The sha256 of the report's bytes as they are now (at most the bound and one byte); None if none."""
+    return read_sealed(path, True, parse=False)[1]
+
+
+def read_sealed(path: Path, untrusted: bool = False, parse: bool = True) -> tuple[tuple, str | None]:
+    """(the report, the sha256 of the bytes it was read from): a later :func:`seal` that differs shows the file
+    was rewritten after it was read, which only another rank's code does (the rank itself has exited)."""
     try:
-        report = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
+        with open(path, "rb") as f:
+            if untrusted and os.fstat(f.fileno()).st_size > MAX_UNTRUSTED_BYTES:  # refused unread
+                size = os.fstat(f.fileno()).st_size
+                return ("error", f"its report is {size:,} bytes, over the limit of {MAX_UNTRUSTED_BYTES:,}",
+                        "", 0.0), f"size {size}"
+            data = f.read(MAX_UNTRUSTED_BYTES + 1) if untrusted else f.read()
+    except FileNotFoundError:
+        return ("missing",), None
+    digest = hashlib.sha256(data).hexdigest()
+    if not parse:
+        return (), digest
+    if not untrusted:
+        return pickle.loads(data), digest
+    if len(data) > MAX_UNTRUSTED_BYTES:  # grown since it was opened
+        return ("error", f"its report is over the limit of {MAX_UNTRUSTED_BYTES:,} bytes", "", 0.0), digest
+    return _plain(data), digest
+
+
+def _plain(data: bytes) -> tuple:
+    try:
+        report = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as err:  # noqa: BLE001 - whatever the untrusted file holds, it is not a result
         return ("error", f"its report could not be read as plain data ({type(err).__name__})", "", 0.0)
     if isinstance(report, tuple) and len(report) == 2 and report[0] == "ok":
