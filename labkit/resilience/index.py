@@ -7,7 +7,8 @@ through a module's own imports, e.g. ``torch.serialization.os.system``). So labk
 ``.metadata``: at save time the writer hands over the :class:`Metadata` it built, :func:`to_json`
 writes it as plain data into ``manifest.json``, and :func:`from_json` rebuilds DCP's classes from
 that data, checking every field (types, dtypes from a fixed list, files named in the manifest,
-byte ranges inside those files, no tensor larger than the files that hold it). A tampered index
+byte ranges inside those files, no tensor larger than the files that hold it, chunks that tile each tensor
+exactly, a bounded number of them; the manifest itself is bounded in bytes before it is read). A tampered index
 can at worst be refused; it cannot run code or allocate more than the checkpoint's own bytes.
 """
 
@@ -34,6 +35,8 @@ from labkit.errors import LabkitError
 from labkit.resilience.state import DTYPES
 
 MAX_DIMS = 8
+MAX_CHUNKS = 1 << 14  # chunks (and storage rows) in one index: labkit's state has ~100 tensors, 8 ranks at most
+MAX_TENSOR_CHUNKS = 1024  # chunks of one tensor (a shard per rank); their pairwise overlap test is n^2
 
 
 def to_json(metadata: Metadata) -> dict[str, Any]:
@@ -51,9 +54,9 @@ def to_json(metadata: Metadata) -> dict[str, Any]:
 
 def _ints(value: Any, what: str, n: int | None = None) -> list[int]:
     ok = isinstance(value, list) and len(value) <= MAX_DIMS and (n is None or len(value) == n)
-    if not ok or not all(type(v) is int and v >= 0 for v in value):
+    if not ok or not all(type(v) is int and 0 <= v < 1 << 62 for v in value):
         dims = f"{n} " if n is not None else f"at most {MAX_DIMS} "
-        raise LabkitError(f"index: {what} must be a list of {dims}non-negative integers (got {value!r:.80})")
+        raise LabkitError(f"index: {what} must be a list of {dims}non-negative integers below 2^62 (got {value!r:.80})")
     return value
 
 
@@ -69,10 +72,39 @@ def _tensor(key: Any, entry: Any, budget: int) -> TensorStorageMetadata:
     chunks = entry["chunks"]
     if not isinstance(chunks, list) or not chunks or not all(isinstance(c, list) and len(c) == 2 for c in chunks):
         raise LabkitError(f"index: chunks of {key} must be a non-empty list of [offsets, sizes] pairs")
+    if len(chunks) > MAX_TENSOR_CHUNKS:
+        raise LabkitError(f"index: {key} has {len(chunks)} chunks, more than the limit of {MAX_TENSOR_CHUNKS}")
     n = len(size)
     out = [ChunkStorageMetadata(torch.Size(_ints(o, f"chunk offsets of {key}", n)),
                                 torch.Size(_ints(s, f"chunk sizes of {key}", n))) for o, s in chunks]  # fmt: skip
+    _check_tiling(key, size, out)
     return TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), out)
+
+
+def _check_tiling(key: str, size: list[int], chunks: list[ChunkStorageMetadata]) -> None:
+    """The chunks must tile the tensor exactly: each inside it, no two overlapping, their volumes summing to its.
+
+    DCP fills a loaded tensor chunk by chunk into memory that is not cleared first, so a chunk that is missing
+    would leave uninitialised bytes in a parameter (as a tampered index once did); an overlap would let two
+    stored versions race for the same elements.
+    """
+    for c in chunks:
+        if any(o + n > d for o, n, d in zip(c.offsets, c.sizes, size, strict=True)):
+            raise LabkitError(f"index: chunk {list(c.offsets)} + {list(c.sizes)} of {key} lies outside its size "
+                              f"{size}")
+    if sum(math.prod(c.sizes) for c in chunks) != math.prod(size):
+        raise LabkitError(f"index: the chunks of {key} hold {sum(math.prod(c.sizes) for c in chunks)} elements, "
+                          f"its size {size} has {math.prod(size)}: they must tile the tensor exactly")
+    if len(chunks) > 1 and size:
+        lo = torch.tensor([list(c.offsets) for c in chunks])
+        hi = lo + torch.tensor([list(c.sizes) for c in chunks])
+        meets = ((lo[:, None] < hi[None]) & (lo[None] < hi[:, None])).all(-1)  # boxes i and j share an element
+        meets &= (hi > lo).all(-1)[:, None] & (hi > lo).all(-1)[None]  # an empty chunk shares none
+        meets.fill_diagonal_(False)
+        if meets.any():
+            i, j = (int(v) for v in meets.nonzero()[0])
+            raise LabkitError(f"index: chunks {list(chunks[i].offsets)} and {list(chunks[j].offsets)} of {key} "
+                              "overlap: they must tile the tensor exactly")
 
 
 def _storage(row: Any, files: dict[str, int]) -> tuple[MetadataIndex, _StorageInfo]:
@@ -94,12 +126,18 @@ def from_json(data: Any, files: dict[str, int]) -> Metadata:
     """DCP's index rebuilt from :func:`to_json`'s data; ``files`` maps each file the manifest lists to its bytes.
 
     Raises :class:`LabkitError` naming the first field that is malformed, a file outside the
-    manifest, a byte range past a file's end, or a tensor chunk that no storage row holds.
+    manifest, a byte range past a file's end, chunks that do not tile their tensor exactly, more chunks
+    than :data:`MAX_CHUNKS`, or a tensor chunk that no storage row holds.
     """
     if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict) or not isinstance(
             data.get("storage"), list):  # fmt: skip
         raise LabkitError("index: must be an object with a 'tensors' object and a 'storage' list")
     budget = sum(files.values())
+    counted = sum(len(e["chunks"]) for e in data["tensors"].values() if isinstance(e, dict)
+                  and isinstance(e.get("chunks"), list))  # fmt: skip
+    if max(counted, len(data["storage"])) > MAX_CHUNKS:
+        raise LabkitError(f"index: {max(counted, len(data['storage']))} chunks or storage rows, more than the "
+                          f"limit of {MAX_CHUNKS}")
     tensors = {key: _tensor(key, entry, budget) for key, entry in data["tensors"].items()}
     storage = dict(_storage(row, files) for row in data["storage"])
     for key, meta in tensors.items():
