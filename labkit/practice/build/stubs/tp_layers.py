@@ -2,6 +2,7 @@
 
 Shoeybi et al., "Megatron-LM", 2019, section 3. Every function below runs inside a rank of a real gloo
 group: ``torch.distributed`` is initialised for you (use ``dist.all_reduce``, ``dist.get_rank()``...).
+It is checked on 2, 4 and 3 ranks, with shapes drawn per run: use the ``world`` you are given.
 Check it with ``build.check_build("03.build.tp_layers", path)``; replace each ``raise NotImplementedError``.
 """
 
@@ -38,12 +39,15 @@ class ReduceFromParallel(torch.autograd.Function):
 
 
 def column_shard(weight: torch.Tensor, bias: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's (weight, bias) of a column-parallel layer; weight is nn.Linear's [out_features, in_features]."""
+    """This rank's (weight, bias) of a column-parallel layer; weight is nn.Linear's [out_features, in_features].
+
+    The shard is rank ``rank``'s contiguous block of ``world`` equal blocks (as ``tensor.chunk(world, dim)[rank]``
+    cuts them), not every world-th row."""
     raise NotImplementedError
 
 
 def row_shard(weight: torch.Tensor, bias: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's (weight, bias) of a row-parallel layer."""
+    """This rank's (weight, bias) of a row-parallel layer: again rank ``rank``'s contiguous block."""
     raise NotImplementedError
 
 
