@@ -1,49 +1,59 @@
-"""Notebook 04's build-it exercise: activation offload to files through saved-tensor hooks, graded in one process.
+"""Notebook 04's build-it exercise: activation offload to files through saved-tensor hooks.
 
 vDNN (Rhu et al., MICRO 2016) offloads what autograd saves for backward and brings it back just in time; the lab's
 own version is :class:`labkit.offload.vdnn.Offloader`. The learner writes the core of it: a
 ``torch.autograd.graph.saved_tensors_hooks`` whose ``pack`` writes each saved tensor that is not a parameter to a
-raw file and whose ``unpack`` reads it back and removes it. No process group is needed: one process, real files.
+raw file and whose ``unpack`` reads it back and removes it.
 
-Checked on a tiny MLP (32 -> 64 -> 32, 4,192 parameters, a batch of 64) in float32 and bfloat16:
-
-* gradients bit-identical to the run without hooks (a file round trip changes no bit);
-* bytes on disk after forward equal the prediction of labkit's saved-tensor accounting
-  (:class:`labkit.measure.SavedTensorRecorder`: each saved storage once, parameters left out, the batch in);
-* nothing kept in memory besides the files: after forward, no handle (nor the hooks object) still references an
-  offloaded tensor's storage (if one does, the bytes are written AND kept, and the memory peak is not reduced);
-* every tensor comes back with its dtype (numpy has no bf16: it goes through as int16, see the field notes);
-* the folder is empty after backward (no leaked files).
+The check is split by trust (:mod:`labkit.practice.build.harness`). :func:`draw` picks the MLP's shapes per run
+(odd widths, so a module written for one shape shows). :func:`collect` runs the learner's hooks in a child process
+(:func:`labkit.practice.build.records.ask`: one rank, no group needed, real files) in float32 and bfloat16 and
+brings back raw facts: the gradients, the bytes on disk after forward, what pack received (parameter or not, its
+bytes), the bytes of offloaded tensors still referenced after forward, each dtype that came back changed, the files
+left after backward. :func:`judge`, here, computes the plain run's gradients itself (one thread, as the rank runs:
+bit for bit) and the prediction, labkit's saved-tensor accounting (:class:`labkit.measure.SavedTensorRecorder`:
+each saved storage once, parameters left out), and names the bug: parameters offloaded too (the excess is exactly
+their bytes), a lost dtype (numpy has no bf16: view it as int16, see the field notes), tensors kept in memory as
+well as written (the peak is not reduced), leaking files.
 """
 
 from __future__ import annotations
 
 import gc
+import random
 import tempfile
-import time
 import types
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from labkit.measure import SavedTensorRecorder
+from labkit.practice.build import diagnosis as dg
+from labkit.practice.build import records
 from labkit.practice.build.harness import BuildExercise, load_module, register_build
+from labkit.practice.build.rank_record import attempt
 from labkit.practice.coding import Case
 
 KEY = "04.build.act_offload"
-DTYPES = (torch.float32, torch.bfloat16)
-BATCH, WIDTH, HIDDEN = 64, 32, 64
+DTYPES = ("float32", "bfloat16")
+TIMEOUT_S = 30.0
 
 
-def _model(dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(WIDTH, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, WIDTH)).to(dtype)
-    return net, torch.randn(BATCH, WIDTH).to(dtype), torch.randn(BATCH, WIDTH)
+def draw(seed: int) -> dict[str, Any]:
+    """The tiny MLP's shapes, odd where they can be: batch x width -> hidden -> width."""
+    rng = random.Random(seed)
+    return {"batch": rng.randrange(17, 65, 2), "width": rng.randrange(9, 41, 2), "hidden": rng.randrange(19, 73, 2),
+            "dtypes": list(DTYPES)}
 
 
-def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+def model(params: dict[str, Any], dtype: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The MLP, its input and the loss weights, the same in the child and in the judge."""
+    torch.manual_seed(int(params["seed"]))
+    width, hidden, dt = int(params["width"]), int(params["hidden"]), getattr(torch, dtype)
+    net = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width)).to(dt)
+    return net, torch.randn(int(params["batch"]), width).to(dt), torch.randn(int(params["batch"]), width)
 
 
 def _backward(net: nn.Module, out: torch.Tensor, weights: torch.Tensor) -> list[torch.Tensor]:
@@ -53,12 +63,8 @@ def _backward(net: nn.Module, out: torch.Tensor, weights: torch.Tensor) -> list[
     return grads
 
 
-def predicted_bytes(dtype: torch.dtype = torch.float32) -> int:
-    """Bytes an offload of every saved activation writes: labkit's saved-tensor accounting of the same forward."""
-    net, x, _ = _model(dtype)
-    with SavedTensorRecorder(net) as rec:
-        net(x)
-    return sum(s.nbytes for s in rec.saved)
+def _key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
 
 
 def _files(folder: Path) -> list[Path]:
@@ -66,8 +72,7 @@ def _files(folder: Path) -> list[Path]:
 
 
 def _held(roots: list[object], keys: set[int], depth: int = 6) -> set[int]:
-    """Storages among ``keys`` that a tensor reachable from ``roots`` still uses (objects and containers; code,
-    modules and classes are not followed)."""
+    """Storages among ``keys`` that a tensor reachable from ``roots`` still uses (code and modules not followed)."""
     skip = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType, str, bytes)
     found: set[int] = set()
     seen: set[int] = set()
@@ -86,105 +91,84 @@ def _held(roots: list[object], keys: set[int], depth: int = 6) -> set[int]:
     return found
 
 
-class _Spy:
-    """Wraps the learner's hooks: what pack got and returned, what unpack returned."""
-
-    def __init__(self, hooks) -> None:
-        self.packed: list[tuple[torch.Tensor, object]] = []
-        self.dtypes: dict[int, torch.dtype] = {}
-        self.lost: list[str] = []
-        real_pack, real_unpack = hooks.pack_hook, hooks.unpack_hook
-
-        def pack(t):
-            handle = real_pack(t)
-            self.packed.append((t, handle))
-            self.dtypes[id(handle)] = t.dtype
-            return handle
-
-        def unpack(handle):
-            t = real_unpack(handle)
-            want = self.dtypes.get(id(handle))
-            if want is not None and t.dtype != want:
-                self.lost.append(f"{str(want).replace('torch.', '')} came back as {str(t.dtype).replace('torch.', '')}")
-            return t
-
-        hooks.pack_hook, hooks.unpack_hook = pack, unpack
-
-
-def _one(m, dtype: torch.dtype, folder: Path) -> dict:
-    """One forward+backward under the learner's hooks, measured beside the plain run."""
-    net, x, w = _model(dtype)
-    plain = _backward(net, net(x), w)
-    params = {_key(p) for p in net.parameters()}
+def _run(path: str, m: Any, params: dict[str, Any], dtype: str, folder: Path) -> dict[str, Any]:
+    """(In the child.) One forward+backward under the learner's hooks: the raw facts."""
+    net, x, w = model(params, dtype)
+    params_of = {_key(p) for p in net.parameters()}
     hooks = m.FileOffload(folder, net)
-    spy = _Spy(hooks)
+    packed: list[tuple[torch.Tensor, object]] = []
+    dtypes: dict[int, torch.dtype] = {}
+    lost: list[str] = []
+    real_pack, real_unpack = hooks.pack_hook, hooks.unpack_hook
+
+    def pack(t: torch.Tensor) -> object:
+        handle = real_pack(t)
+        packed.append((t, handle))
+        dtypes[id(handle)] = t.dtype
+        return handle
+
+    def unpack(handle: object) -> torch.Tensor:
+        t = real_unpack(handle)
+        want = dtypes.get(id(handle))
+        if want is not None and isinstance(t, torch.Tensor) and t.dtype != want:
+            lost.append(f"{str(want).removeprefix('torch.')} came back as {str(t.dtype).removeprefix('torch.')}")
+        return t
+
+    hooks.pack_hook, hooks.unpack_hook = pack, unpack
     with hooks:
         out = net(x)
     on_disk = sum(f.stat().st_size for f in _files(folder))
-    acts = {_key(t): t.untyped_storage().nbytes() for t, _ in spy.packed if _key(t) not in params}
-    param_bytes = sum({_key(t): t.untyped_storage().nbytes() for t, _ in spy.packed if _key(t) in params}.values())
-    kept = _held([h for _, h in spy.packed] + [vars(hooks)], set(acts))
-    spy.packed.clear()
-    try:
-        grads, error = _backward(net, out, w), ""
-    except Exception as err:  # noqa: BLE001 - the learner's unpack may raise anything: say what
-        grads, error = [], f"backward raised {type(err).__name__}: {err}"
-    left = _files(folder)
-    return {"same": bool(grads) and all(torch.equal(a, b) for a, b in zip(grads, plain, strict=True)),
-            "error": error, "on_disk": on_disk, "param_bytes": param_bytes, "kept": sum(acts[k] for k in kept),
-            "acts": sum(acts.values()), "lost": spy.lost, "left": len(left)}
+    acts = {_key(t): t.untyped_storage().nbytes() for t, _ in packed if _key(t) not in params_of}
+    kinds = [[_key(t) in params_of, int(t.untyped_storage().nbytes())] for t, _ in packed]
+    kept = sum(acts[k] for k in _held([h for _, h in packed] + [vars(hooks)], set(acts)))
+    packed.clear()
+    got = attempt(path, lambda: {"grads": _backward(net, out, w)})
+    return {"grads": got.get("grads", []), "backward": got.get("failure", {}).get("message", ""),
+            "on_disk": int(on_disk), "packed": kinds, "kept": int(kept), "lost": lost[:5],
+            "left": len(_files(folder))}
 
 
-def _cases(r: dict, dtype: torch.dtype, predicted: int) -> list[Case]:
-    name = str(dtype).replace("torch.", "")
-    if r["lost"]:
-        grads = f"the dtype was lost: {r['lost'][0]} (numpy has no bf16: view it as int16 to keep its 2 bytes)"
-    else:
-        grads = r["error"] or "gradients differ from the run without offload"
-    cases = [Case(f"[{name}] gradients bit-identical to no offload", r["same"] and not r["lost"], grads, GRADS)]
-    extra = r["on_disk"] - predicted
-    if extra and extra == r["param_bytes"]:
-        why = (f"{extra:,} B too many, exactly the parameters' bytes: parameters offloaded too (they are not "
-               "activations)")
-    elif r["on_disk"] == 2 * predicted and dtype == torch.bfloat16:
-        why = "twice the bytes: the bf16 tensors were stored as float32 (the dtype lost on the way through numpy)"
-    else:
-        why = f"{r['on_disk']:,} B on disk after forward"
-    cases.append(Case(f"[{name}] bytes written equal the prediction ({predicted:,} B: saved activations, each once)",
-                      r["on_disk"] == predicted, why, BYTES))
-    return cases
+def offload_rank(rank: int, world: int, log: records.OpLog, path: str, params: dict[str, Any],
+                 paths: list[str] | None = None) -> list[dict[str, Any]]:
+    """(Runs in the child.) Per module of ``paths`` (default: ``path``), per dtype: its facts, or its fault."""
+    return [_module(p, params) for p in paths or [path]]
 
 
-def run(path: Path) -> list[Case]:
-    """Grade the module at ``path``: float32 and bfloat16, each in a fresh temporary folder."""
-    m = load_module(path)
-    cases, results = [], []
-    for dtype in DTYPES:
+def _module(path: str, params: dict[str, Any]) -> dict[str, Any]:
+    loaded = attempt(path, lambda: {"m": load_module(path)})
+    if "m" not in loaded:
+        return {"load": loaded}
+    runs = {}
+    for dtype in params["dtypes"]:
         with tempfile.TemporaryDirectory(prefix="labkit-offload-") as d:
-            r = _one(m, dtype, Path(d) / "offload")
-        results.append(r)
-        cases += _cases(r, dtype, predicted_bytes(dtype))
-    kept = max(r["kept"] for r in results)
-    cases.append(Case("nothing kept in memory besides the files (the memory peak goes down)", kept == 0,
-                      f"after forward {kept:,} B of offloaded activations are still referenced by pack's handles or "
-                      "the hooks object: kept in memory as well as written, so the peak is not reduced", KEPT))
-    left = max(r["left"] for r in results)
-    broke = any(r["error"] for r in results)
-    cases.append(Case("every file removed once backward has read it", left == 0 and not broke,
-                      "backward did not finish (see above): not every file was read back" if broke else
-                      f"{left} file(s) left in the folder after backward: leaking files (a long run fills the disk)",
-                      FILES))
-    return cases
+            runs[dtype] = attempt(path, lambda dtype=dtype, d=d: _run(path, loaded["m"], params, dtype, Path(d) / "o"))
+    return runs
 
 
-def benchmark(path: str | Path, dtype: torch.dtype = torch.float32, steps: int = 20) -> list[dict]:
-    """Your offload beside plain autograd: seconds per step (shown, never asserted) and bytes written per step."""
+def collect_many(paths: list[Path], params: dict[str, Any]) -> list[dict[str, Any]]:
+    """One child process for every module in ``paths`` (a test's mutants); one record each."""
+    got = records.ask(offload_rank, paths[0], timeout=TIMEOUT_S, params=params, paths=[str(p) for p in paths])
+    if "ranks" not in got:
+        return [got for _ in paths]
+    return [{**got, "ranks": [r]} for r in got["ranks"][0]]
+
+
+def collect(path: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """The raw record of the learner's module at ``path``, run in a child process."""
+    return collect_many([path], params)[0]
+
+
+def bench_rank(rank: int, world: int, log: records.OpLog, path: str, params: dict[str, Any],
+               steps: int = 20) -> list[dict[str, Any]]:
+    """(Runs in the child.) Seconds per step and bytes written per step: plain autograd, then the learner's hooks."""
+    import time
+
     m = load_module(path)
-    net, x, w = _model(dtype)
+    net, x, w = model(params, params["dtypes"][0])
     rows = []
     with tempfile.TemporaryDirectory(prefix="labkit-offload-") as d:
         for label in ("no offload", "yours (files)"):
-            t0 = time.perf_counter()
+            t0, written = time.perf_counter(), 0
             for _ in range(steps):
                 if label == "no offload":
                     out = net(x)
@@ -194,9 +178,95 @@ def benchmark(path: str | Path, dtype: torch.dtype = torch.float32, steps: int =
                 written = sum(f.stat().st_size for f in _files(Path(d)))
                 _backward(net, out, w)
             rows.append({"run": label, "seconds per step": (time.perf_counter() - t0) / steps,
-                         "bytes written per step": written, "predicted bytes": predicted_bytes(dtype)})
-    rows[0]["predicted bytes"] = 0
+                         "bytes written per step": int(written)})
     return rows
+
+
+def benchmark(path: str | Path, dtype: str = "float32", steps: int = 20, seed: int = 0) -> list[dict]:
+    """Your offload beside plain autograd, in a child process: seconds per step (shown, never asserted: a step of
+    this toy is dominated by Python and file calls, not bytes) and bytes written per step beside the prediction."""
+    params = {**draw(seed), "seed": seed, "dtypes": [dtype]}
+    got = records.ask(bench_rank, path, timeout=60.0, params=params, steps=steps)
+    if "ranks" not in got:
+        return [{"run": "yours (files)", "error": str(got.get("failure", {}).get("message", ""))}]
+    rows = got["ranks"][0]
+    for row, predicted in zip(rows, (0, predicted_bytes(params, dtype)), strict=True):
+        row["predicted bytes"] = predicted
+    return rows
+
+
+def predicted_bytes(params: dict[str, Any], dtype: str) -> int:
+    """Bytes an offload of every saved activation writes: labkit's saved-tensor accounting of the same forward."""
+    net, x, _ = model(params, dtype)
+    with SavedTensorRecorder(net) as rec:
+        net(x)
+    return sum(s.nbytes for s in rec.saved)
+
+
+def _plain_grads(params: dict[str, Any], dtype: str) -> list[torch.Tensor]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the child runs on one thread: the same kernels, the same bits
+    try:
+        net, x, w = model(params, dtype)
+        return _backward(net, net(x), w)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _cases(r: dict[str, Any], params: dict[str, Any], dtype: str) -> list[Case]:
+    predicted = predicted_bytes(params, dtype)
+    if (failure := r.get("failure")) is not None:
+        msg = f"raised {failure.get('message')}" + (f" (at {failure['learner_frames']})"
+                                                    if failure.get("learner_frames") else "")  # fmt: skip
+        return [Case(f"[{dtype}] the hooks run", False, msg, GRADS)]
+    grads, lost = dg.field(r, "grads", list), dg.field(r, "lost", list)
+    plain = _plain_grads(params, dtype)
+    same = len(grads) == len(plain) and all(
+        isinstance(g, torch.Tensor) and g.dtype == p.dtype and g.shape == p.shape and torch.equal(g, p)
+        for g, p in zip(grads, plain, strict=True))
+    if lost:
+        why = f"the dtype was lost: {lost[0]} (numpy has no bf16: view it as int16 to keep its 2 bytes)"
+    else:
+        why = str(dg.field(r, "backward", str)) or "gradients differ from the run without offload"
+    cases = [Case(f"[{dtype}] gradients bit-identical to no offload", same and not lost, why, GRADS)]
+    on_disk = dg.field(r, "on_disk", int)
+    param_bytes = sum(int(n) for is_param, n in dg.field(r, "packed", list) if is_param is True)
+    extra = on_disk - predicted
+    if extra and extra == param_bytes:
+        why = f"{extra:,} B too many, exactly the parameters' bytes: parameters offloaded too (not activations)"
+    elif on_disk == 2 * predicted and dtype == "bfloat16":
+        why = "twice the bytes: the bf16 tensors were stored as float32 (the dtype lost on the way through numpy)"
+    else:
+        why = f"{on_disk:,} B on disk after forward"
+    cases.append(Case(f"[{dtype}] bytes written equal the prediction ({predicted:,} B: saved activations, each once)",
+                      on_disk == predicted, why, BYTES))
+    return cases
+
+
+def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
+    """Per dtype: gradients and bytes; over both: nothing kept in memory, no file left."""
+    if stop := dg.failure_case(record, f"the hooks run within {TIMEOUT_S:g} s", {"raised": GRADS}):
+        return [stop]
+    runs = dg.field(dg.ranks_of(record, 1), 0, dict)
+    if "load" in runs:
+        return [Case("the module imports", False, str(runs["load"].get("failure", {}).get("message")), GRADS)]
+    cases, done = [], []
+    for dtype in params["dtypes"]:
+        r = dg.field(runs, dtype, dict)
+        cases += _cases(r, params, dtype)
+        if "failure" not in r:
+            done.append(r)
+    kept = max((dg.field(r, "kept", int) for r in done), default=0)
+    cases.append(Case("nothing kept in memory besides the files (the memory peak goes down)", kept == 0,
+                      f"after forward {kept:,} B of offloaded activations are still referenced by pack's handles or "
+                      "the hooks object: kept in memory as well as written, so the peak is not reduced", KEPT))
+    left = max((dg.field(r, "left", int) for r in done), default=0)
+    broke = len(done) < len(params["dtypes"]) or any(dg.field(r, "backward", str) for r in done)
+    cases.append(Case("every file removed once backward has read it", left == 0 and not broke,
+                      "backward did not finish (see above): not every file was read back" if broke else
+                      f"{left} file(s) left in the folder after backward: leaking files (a long run fills the disk)",
+                      FILES))
+    return cases
 
 
 GRADS = ("Does unpack return exactly the tensor pack received: same dtype, same shape, same bits?",
@@ -209,18 +279,18 @@ FILES = ("Who removes a file once backward has read it back?", "os.remove(path) 
 
 
 register_build(BuildExercise(
-    KEY,
-    "act_offload.py",
-    "In build/act_offload.py write FileOffload(folder, model), a torch.autograd.graph.saved_tensors_hooks: pack(t) "
-    "writes each saved tensor that is not a parameter to one raw file in folder and returns a small handle; "
-    "unpack(handle) reads it back bit for bit and removes the file. Checked in float32 and bfloat16: gradients "
-    "bit-identical, bytes on disk equal to labkit's saved-tensor prediction, nothing kept in memory, no file left.",
-    run,
-    ("What does autograd keep between forward and backward, and which of it is not an activation?",
-     "pack: skip parameters, write t's bytes to a new file, return (path, dtype, shape); unpack: read, rebuild, "
-     "remove."),
-    "In __init__ remember {p.untyped_storage().data_ptr() for p in model.parameters()}. pack returns a parameter "
-    "as it is; otherwise it writes t.detach().contiguous() (viewed as int16 when bf16) with .numpy().tofile(path) "
-    "and returns (path, t.dtype, tuple(t.shape)). unpack reads np.fromfile(path, dtype), removes the file and "
-    "returns torch.from_numpy(arr).view(dtype).view(shape).",
+    key=KEY, stub="act_offload.py",
+    task="In build/act_offload.py write FileOffload(folder, model), a torch.autograd.graph.saved_tensors_hooks: "
+         "pack(t) writes each saved tensor that is not a parameter to one raw file in folder and returns a small "
+         "handle; unpack(handle) reads it back bit for bit and removes the file. Checked in float32 and bfloat16 on "
+         "shapes drawn per run: gradients bit-identical, bytes on disk equal to labkit's saved-tensor prediction, "
+         "nothing kept in memory, no file left.",
+    hint=("What does autograd keep between forward and backward, and which of it is not an activation?",
+          "pack: skip parameters, write t's bytes to a new file, return (path, dtype, shape); unpack: read, rebuild, "
+          "remove."),
+    worked="In __init__ remember {p.untyped_storage().data_ptr() for p in model.parameters()}. pack returns a "
+           "parameter as it is; otherwise it writes t.detach().contiguous() (viewed as int16 when bf16) with "
+           ".numpy().tofile(path) and returns (path, t.dtype, tuple(t.shape)). unpack reads np.fromfile(path, "
+           "dtype), removes the file and returns torch.from_numpy(arr).view(dtype).view(shape).",
+    draw=draw, collect=collect, judge=judge,
 ))
