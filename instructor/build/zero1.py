@@ -38,11 +38,11 @@ class Zero1AdamW:
     def step(self) -> None:
         grads = self._flat([p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params])
         mine = torch.empty(self.padded // self.world_size)
-        dist.reduce_scatter_tensor(mine, grads, op=dist.ReduceOp.SUM)
+        dist.reduce_scatter_single(mine, grads, op=dist.ReduceOp.SUM)
         self.shard.grad = mine / self.world_size
         self.optimizer.step()
         full = torch.empty(self.padded)
-        dist.all_gather_into_tensor(full, self.shard.detach())
+        dist.all_gather_single(full, self.shard.detach())
         offset = 0
         with torch.no_grad():
             for p in self.params:

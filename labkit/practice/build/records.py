@@ -57,6 +57,14 @@ class OpLog:
         if seq <= MAX_OPS:
             self.file.write(f"end {seq} {time.time() - self.t0:.6f}\n")
 
+    def mark(self, label: str) -> None:
+        """A boundary in the log (``mark:<label>``, e.g. where step 2 starts), so a judge can split the calls."""
+        self.end(self.start(f"mark:{label}", -1, 0))
+
+    def note(self, key: str, value: int) -> None:
+        """A fact the rank measured that must survive a crash later in the run (e.g. the shard's size)."""
+        self.file.write(f"note {key} {int(value)}\n")
+
 
 class _Work:
     """A non-blocking call's work, whose ``wait`` is logged (where a rank blocks on an isend or irecv)."""
@@ -77,10 +85,14 @@ class _Work:
 
 
 def _numel(args: tuple, kwargs: dict) -> int:
-    first = args[0] if args else next(iter(kwargs.values()), None)
-    if isinstance(first, list):
-        return sum(t.numel() for t in first if isinstance(t, torch.Tensor))
-    return first.numel() if isinstance(first, torch.Tensor) else 0
+    """Elements a call covers: its largest tensor argument (a list of tensors counts whole), as ZeRO counts."""
+    sizes = [0]
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            sizes.append(a.numel())
+        elif isinstance(a, list | tuple):
+            sizes.append(sum(t.numel() for t in a if isinstance(t, torch.Tensor)))
+    return max(sizes)
 
 
 def _logged(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,7 +102,7 @@ def _logged(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         if log is None:
             return real(*args, **kwargs)
         peer = -1
-        if name in POINT_TO_POINT:
+        if name in (*POINT_TO_POINT, "reduce", "broadcast"):
             peer = args[1] if len(args) > 1 else kwargs.get("dst", kwargs.get("src", -1))
         numel = _numel(args, kwargs)
         seq = log.start(name, int(peer) if isinstance(peer, int) else -1, numel)
@@ -125,17 +137,26 @@ def recording(log: OpLog) -> Iterator[OpLog]:
         _active.clear()
 
 
-def _entry(rank: int, world_size: int, fn: Callable[..., Any], logdir: str, **kwargs: Any) -> Any:
+def _entry(rank: int, world_size: int, target: Callable[..., Any], logdir: str, **kwargs: Any) -> Any:
     """(In a rank.) Send this rank's stderr to a file, then run the exercise's rank function with an op log."""
     fd = os.open(Path(logdir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
     warnings.simplefilter("ignore", FutureWarning)  # into the captured file anyway; kept out of the record's text
-    return fn(rank, world_size, log=OpLog(logdir, rank), **kwargs)
+    return target(rank, world_size, log=OpLog(logdir, rank), **kwargs)
 
 
 _START = re.compile(r"start (\d+) (\S+) (-?\d+) (\d+) ([\d.]+)$")
 _END = re.compile(r"end (\d+) ([\d.]+)$")
+_NOTE = re.compile(r"note (\w{1,40}) (-?\d{1,18})$")
+
+
+def read_notes(path: Path) -> dict[str, int]:
+    """A rank's notes (:meth:`OpLog.note`) as ``{key: value}``, the last value of each key."""
+    if not path.exists():
+        return {}
+    with open(path, errors="replace") as f:
+        return {m[1]: int(m[2]) for line in itertools.islice(f, 2 * MAX_OPS + 2) if (m := _NOTE.match(line.strip()))}
 
 
 def read_ops(path: Path) -> list[list]:
@@ -179,16 +200,18 @@ def ranks(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout:
     Returns ``{"world": N, "ranks": [what each rank returned], "ops": [...], "stderr": [...]}`` or, when the
     learner's code raised, hung or crashed, ``{"world": N, "failure": {...}, "ops": [...], "stderr": [...]}``:
     ``ops`` is each rank's logged torch.distributed calls (the last one without an end is where it blocked),
-    ``stderr`` the tail of what each rank wrote to its stderr (gloo's and torch's own messages).
+    ``notes`` each rank's :meth:`OpLog.note` facts, ``stderr`` the tail of what each rank wrote to its stderr
+    (gloo's and torch's own messages).
     """
     with tempfile.TemporaryDirectory(prefix="labkit-build-") as logdir:
         out: dict[str, Any] = {"world": world_size}
         try:
-            out["ranks"] = ldist.run(_entry, world_size, timeout=timeout, untrusted=True, fn=fn, logdir=logdir,
+            out["ranks"] = ldist.run(_entry, world_size, timeout=timeout, untrusted=True, target=fn, logdir=logdir,
                                      path=str(path), **kwargs)
         except (ldist.WorkerError, ldist.WorkerTimeout) as err:
             out["failure"] = _failure(err, path)
         out["ops"] = [read_ops(Path(logdir) / f"rank{r}.ops") for r in range(world_size)]
+        out["notes"] = [read_notes(Path(logdir) / f"rank{r}.ops") for r in range(world_size)]
         out["stderr"] = [_tail(Path(logdir) / f"rank{r}.err") for r in range(world_size)]
     return out
 
