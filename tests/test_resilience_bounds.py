@@ -1,8 +1,8 @@
 """A checkpoint's manifest and index are bounded before they are read, and chunks must tile their tensor exactly.
 
 Issue 37: a 2 GiB sparse manifest cost 4.4 GiB of memory and 8 s before it was refused; an index chunk that did
-not cover its tensor was accepted and left uninitialised memory in the parameter. Cost: about 2 s (one micro run
-saved twice; the rest is pure index checking).
+not cover its tensor was accepted and left uninitialised memory in the parameter; a save into a symlink loop raised
+a raw OSError. Cost: about 2.5 s (one micro run saved twice; the rest is pure index checking).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from labkit.errors import LabkitError
-from labkit.resilience.checkpoint import save_checkpoint
+from labkit.resilience.checkpoint import save_checkpoint, save_checkpoint_async
 from labkit.resilience.index import MAX_CHUNKS, from_json
 from labkit.resilience.manifest import MANIFEST, MAX_MANIFEST_BYTES, verify
 from labkit.resilience.scan import check_checkpoint, load_checkpoint, resume
@@ -82,3 +82,21 @@ def test_a_real_index_whose_chunk_covers_part_of_a_parameter_is_refused_and_the_
         load_checkpoint(fresh, newest)
     scan = resume(fresh, tmp_path)
     assert scan.step == 1 and digest(flat_state(fresh)) == d1
+
+
+def test_a_root_that_cannot_hold_checkpoints_is_one_line_naming_root(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "file").write_text("x")
+    t = Trainer(micro_config())
+    cases = {tmp_path / "a": r"Too many levels of symbolic links \(a symlink loop\)",
+             tmp_path / "a" / "sub": r"Too many levels of symbolic links \(a symlink loop\)",
+             tmp_path / "file": "it is a file, not a folder", tmp_path / ("n" * 300): "File name too long",
+             tmp_path / "a\0b": "it contains a NUL byte"}
+    for root, why in cases.items():
+        for save in (save_checkpoint, save_checkpoint_async):
+            with pytest.raises(LabkitError, match=f"^root must be a folder labkit can create and write: {why} \\(got"):
+                save(t, root)
+    with pytest.raises(LabkitError, match="^root must be a folder labkit can create and write: File name too long"):
+        resume(t, tmp_path / ("n" * 300))
+    assert resume(t, tmp_path / "a").step is None  # a symlink is never followed: nothing to resume

@@ -17,6 +17,8 @@ are read through ``torch.load(weights_only=True)`` after every file they come fr
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -62,6 +64,35 @@ def step_dir(root: Path, step: int) -> Path:
     return Path(root) / f"step_{step:08d}"
 
 
+def _root_problem(root: Path, err: BaseException) -> str:
+    if isinstance(err, ValueError):
+        return "it contains a NUL byte"
+    if isinstance(err, FileExistsError):  # something is there that is no folder: a symlink loop, or a file
+        try:
+            os.stat(root)
+            return "it is a file, not a folder"
+        except OSError as inner:
+            err = inner
+    text = getattr(err, "strerror", None) or str(err)
+    return text + (" (a symlink loop)" if getattr(err, "errno", None) == errno.ELOOP else "")
+
+
+def checkpoint_root(root: str | Path, create: bool = True) -> Path:
+    """``root`` as a folder checkpoints can go in (made if ``create``), or one LabkitError naming it and why:
+    a symlink loop, a name too long, a NUL byte, a read-only or missing parent raised raw OS errors before."""
+    root = Path(root)
+    try:
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root.is_symlink()  # a name too long or a NUL byte raises here; a missing folder does not
+    except (OSError, ValueError) as err:
+        shown = repr(str(root)) if len(str(root)) <= 80 else f"{str(root)[:60]!r}... ({len(str(root))} characters)"
+        raise LabkitError(f"root must be a folder labkit can create and write: {_root_problem(root, err)} "
+                          f"(got {shown})") from None
+    return root
+
+
 def in_group() -> bool:
     return dist.is_available() and dist.is_initialized()
 
@@ -100,7 +131,7 @@ def save_checkpoint(trainer: Trainer, root: str | Path, *, hook: Hook | None = N
     final = step_dir(root, step)
     tmp = final.with_name(final.name + TMP_SUFFIX)
     if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
+        checkpoint_root(root)
         remove(tmp)  # a planted symlink is unlinked, never written through
     barrier()
     writer = IndexingWriter(tmp, sync_files=True)
@@ -144,8 +175,7 @@ def save_checkpoint_async(trainer: Trainer, root: str | Path) -> PendingSave:
     """Stage the state (a copy, so training may go on) and write it on a thread; one process only."""
     if in_group():
         raise LabkitError("save_checkpoint_async is for a single process; use save_checkpoint inside a group")
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    root = checkpoint_root(root)
     final = step_dir(root, trainer.steps_done)
     tmp = final.with_name(final.name + TMP_SUFFIX)
     remove(tmp)

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata
 
 from labkit.errors import LabkitError
-from labkit.resilience.checkpoint import barrier, group_rank, in_group, quiet, step_dir
+from labkit.resilience.checkpoint import barrier, checkpoint_root, group_rank, in_group, quiet, step_dir
 from labkit.resilience.index import JsonIndexReader, from_json, read_tensor
 from labkit.resilience.manifest import TMP_SUFFIX, remove, verify
 from labkit.resilience.state import STEPS_KEY, check_compatible, restore, run_identity, template
@@ -95,7 +95,7 @@ def latest_valid(root: str | Path, trainer: Trainer, rank: int = 0, skip: tuple[
     Unfinished writes (``*.tmp``) are reported and skipped; each rejected checkpoint comes
     back with its reason, newest first. Names in ``skip`` are passed over unchecked.
     """
-    root = Path(root)
+    root = checkpoint_root(root, create=False)
     if root.is_symlink() or not root.is_dir():
         return Scan(None, None, ())
     rejected = [Rejected(p.name, "incomplete write (.tmp): never committed, ignored")

@@ -45,7 +45,10 @@ def direct_io_supported(directory: str | Path) -> bool:
     """Whether files under ``directory`` can be opened with ``O_DIRECT`` and written aligned."""
     if not hasattr(os, "O_DIRECT"):
         return False
-    probe = Path(tempfile.mkdtemp(prefix="labkit-probe-", dir=directory))
+    try:
+        probe = Path(tempfile.mkdtemp(prefix="labkit-probe-", dir=directory))
+    except OSError:
+        return False
     try:
         fd = os.open(probe / "p", os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
         try:
@@ -59,6 +62,38 @@ def direct_io_supported(directory: str | Path) -> bool:
         return False
     finally:
         shutil.rmtree(probe, ignore_errors=True)
+
+
+def private_dir(root: str | Path | None, prefix: str) -> Path:
+    """A fresh private folder under ``root`` (the system's temp folder if None), or one LabkitError naming
+    ``root`` and why: missing, not a folder, read-only, a NUL byte or a name too long raised raw errors before."""
+    base = Path(root or tempfile.gettempdir())
+    shown = repr(str(base)) if len(str(base)) <= 80 else f"{str(base)[:60]!r}... ({len(str(base))} characters)"
+    if "\0" in str(base):
+        raise LabkitError(f"root must be a folder path without a NUL byte (got {shown})")
+    try:
+        if not base.is_dir():
+            raise LabkitError(f"root must be an existing directory (got {shown})")
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    except OSError as e:
+        raise LabkitError(f"root must be a folder labkit can write: {e.strerror or e} (got {shown})") from None
+
+
+def check_name(name: str, directory: Path) -> str:
+    """``name`` if it can be one plain file in ``directory``: not empty, no '/', no leading '.', no NUL byte,
+    at most the filesystem's NAME_MAX bytes (255 on ext4), so the OS never answers with a raw error."""
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise LabkitError(f"name must be a plain file name without '/' (got {name!r:.80})")
+    if "\0" in name:
+        raise LabkitError(f"name must not contain a NUL byte (got {name!r:.80})")
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(name)) > limit:
+        raise LabkitError(f"name must be at most {limit} bytes, the filesystem's limit (got {len(os.fsencode(name))} "
+                          f"bytes: {name[:40]!r}...)")
+    return name
 
 
 def as_labkit(e: OSError, path: str, doing: str) -> LabkitError:

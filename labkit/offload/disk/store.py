@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -47,10 +46,12 @@ from labkit.offload.disk.io import (
     aligned_span,
     as_labkit,
     check_file,
+    check_name,
     direct_io_supported,
     drop_cache,
     padded,
     pread_all,
+    private_dir,
     pwrite_all,
 )
 
@@ -96,16 +97,13 @@ class DiskStore:
             require_positive(name, getattr(self, name))
         if self.chunk_bytes % BLOCK:
             raise LabkitError(f"chunk_bytes must be a multiple of {BLOCK} (got {self.chunk_bytes})")
-        base = Path(self.root or tempfile.gettempdir())
-        if not base.is_dir():
-            raise LabkitError(f"root must be an existing directory (got {str(base)!r})")
+        self.path = private_dir(self.root, "labkit-offload-")  # a missing, read-only or ill-named root: one line
         if self.direct is None:
-            self.direct = direct_io_supported(base)
+            self.direct = direct_io_supported(self.path)
         self._busy = Busy()
         self._buffers = Buffers(self.pool_bytes)
         self._writing: set[str] = set()
         self._pool = ThreadPoolExecutor(max_workers=self.io_threads, thread_name_prefix="labkit-io")
-        self.path = Path(tempfile.mkdtemp(prefix="labkit-offload-", dir=base))
 
     @property
     def method(self) -> str:
@@ -137,9 +135,7 @@ class DiskStore:
     def _file(self, name: str) -> Path:
         if self.path is None:
             raise LabkitError("DiskStore is closed: open a new one (use it as a context manager)")
-        if not name or "/" in name or name.startswith("."):
-            raise LabkitError(f"name must be a plain file name without '/' (got {name!r})")
-        return self.path / name
+        return self.path / check_name(name, self.path)
 
     @property
     def bytes_on_disk(self) -> int:
