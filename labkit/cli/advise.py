@@ -10,15 +10,21 @@ fills the rest. ``--framework`` names the software profile, ``--network``/``--ne
 between hosts, ``--tokens`` a whole run, ``--calibration`` a file measured on the GPU. Every plan prints
 tokens/s and model TFLOP/s per GPU and MFU. Exit status: 0 when a plan fits, 1 when the layout given or
 every plan does not fit (the nearest misses are printed), 2 for bad input.
+
+``--from FILE`` takes the layout, batch, sequence and (where the file names it) the model from an engine's own
+config, a torchtitan TOML, Megatron-LM arguments or a DeepSpeed ds_config (``labkit.cli.advise_from``), and
+prints what it read, ignored and approximated; ``--export ENGINE FILE`` writes the chosen plan back.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import replace
 
 from labkit.advisor import assumptions, stages
+from labkit.cli import advise_from
 from labkit.cli.common import parse_int
 from labkit.cli.finetune_advise import advise_finetune
 from labkit.cli.finetune_args import add_finetune_flags
@@ -26,7 +32,7 @@ from labkit.cli.shape_args import add_shape_flags, shape_from_args
 from labkit.errors import LabkitError, divisors, require_choice
 from labkit.predict.attention import attention_kind
 from labkit.predict.estimate import RECOMPUTE
-from labkit.predict.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS
+from labkit.predict.profiles import DEFAULT_FRAMEWORK, FRAMEWORKS, profile
 from labkit.shapes import ModelShape
 
 LAYOUT_INTS = ("dp", "tp", "pp", "cp", "micro_batch", "chunks", "first_stage_layers", "last_stage_layers")
@@ -41,6 +47,10 @@ def _divisors(n: int) -> str:
 def _shape(a: argparse.Namespace) -> ModelShape:
     from labkit.shapes import model_names
 
+    cfg = getattr(a, "engine_config", None)
+    given = advise_from.shape(a, cfg) if cfg is not None else None
+    if given is not None:
+        return given
     custom = [f for f in ("layers", "hidden", "heads", "vocab", "ffn") if getattr(a, f)]
     if a.model is None and a.params is None and not custom and not getattr(a, "hf_config", None):
         raise LabkitError(f"model must be given: --model ... (one of {', '.join(model_names())}) or the shape flags "
@@ -113,16 +123,22 @@ def _gpus(a: argparse.Namespace, fixed: dict) -> int:
     whole = all(k in fixed for k in ("dp", "tp", "pp"))
     cp = fixed.get("cp", 1)
     product = fixed["dp"] * fixed["tp"] * fixed["pp"] * cp if whole else None
-    if a.gpus is None:
-        return product or 8 * cp
-    gpus = parse_int("gpus", a.gpus)
+    if a.gpus is None and product is not None:
+        return product
+    gpus = parse_int("gpus", a.gpus) if a.gpus is not None else 8 * cp
     if product is not None and product != gpus:
         names, values = ("dp x tp x pp x cp", [*map(str, (fixed["dp"], fixed["tp"], fixed["pp"])), str(cp)]) \
             if cp > 1 else ("dp x tp x pp", [str(fixed[k]) for k in ("dp", "tp", "pp")])
         raise LabkitError(f"{names} must equal --gpus {gpus} (got {' x '.join(values)} = {product})")
+    which = f"the {gpus} GPUs" + (" (the default; --gpus N for another count)" if a.gpus is None else "")
     for name in ("dp", "tp", "pp", "cp"):
         if name in fixed and gpus % fixed[name]:
-            raise LabkitError(f"{name} must divide the {gpus} GPUs: one of {_divisors(gpus)} (got {fixed[name]})")
+            raise LabkitError(f"{name} must divide {which}: one of {_divisors(gpus)} (got {fixed[name]})")
+    names = [n for n in ("dp", "tp", "pp", "cp") if n in fixed and fixed[n] > 1]
+    model = math.prod(fixed[n] for n in names)
+    if gpus % model:
+        raise LabkitError(f"{' x '.join(names)} must divide {which} (got {' x '.join(str(fixed[n]) for n in names)} "
+                          f"= {model})")
     return gpus
 
 
@@ -155,7 +171,10 @@ def advise(a: argparse.Namespace) -> tuple[str, int]:
     from labkit.advisor.report import advice_json, advice_text
     from labkit.advisor.search import advise as search
 
+    cfg = advise_from.apply(a)
+    a.engine_config = cfg
     shape = _shape(a)
+    advise_from.chunks(a, cfg, shape.layers)
     if a.batch is None:
         raise LabkitError("batch must be given: --batch N (the global batch, in sequences)")
     batch = parse_int("batch", a.batch)
@@ -172,12 +191,23 @@ def advise(a: argparse.Namespace) -> tuple[str, int]:
     tokens = parse_int("tokens", a.tokens) if a.tokens is not None else None
     overrides = {field: getattr(a, flag.replace("-", "_")) for flag, field in assumptions.FLAGS.items()
                  if getattr(a, flag.replace("-", "_"), None) is not None}
+    framework = require_choice("framework", DEFAULT_FRAMEWORK if a.framework is None else a.framework,
+                               FRAMEWORKS)
     adv = search(shape, batch, a.gpu, gpus, a.goal, seq=seq, gpus_per_node=per_node, host=a.host,
-                 headroom=_headroom(a.headroom), fixed=fixed, framework=require_choice("framework", a.framework,
-                 FRAMEWORKS), network=a.network, network_ports=ports, calibration=_calibration(a.calibration),
-                 overrides=overrides)
+                 headroom=_headroom(a.headroom), fixed=fixed, framework=framework, network=a.network,
+                 network_ports=ports, calibration=_calibration(a.calibration), overrides=overrides)
     fits = adv.exact.feasible if adv.exact is not None else bool(adv.kept)
-    out = json.dumps(advice_json(adv, top, tokens), indent=2) if a.json else advice_text(adv, top, tokens)
+    written = advise_from.export(a, adv, shape, batch, seq, assumptions.apply(profile(framework), overrides)) \
+        if getattr(a, "export", None) else None
+    if a.json:
+        doc = advice_json(adv, top, tokens)
+        if cfg is not None:
+            doc["engine_config"] = {"engine": cfg.engine, "path": cfg.path, "read": list(cfg.read),
+                                    "ignored": list(cfg.ignored), "notes": list(cfg.notes)}
+        doc["exported"] = written
+        return json.dumps(doc, indent=2), 0 if fits else 1
+    out = "\n".join(([cfg.summary(), ""] if cfg is not None else []) + [advice_text(adv, top, tokens)]
+                    + ([written] if written else []))
     return out, 0 if fits else 1
 
 
@@ -215,7 +245,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for flag, (field, (_, what)) in zip(assumptions.FLAGS, assumptions.OVERRIDES.items(), strict=True):
         kind = assumptions.KIND.get(field, "on, off")
         adv.add_argument(f"--{flag}", dest=flag.replace("-", "_"), help=f"{what}: {kind} (default: the framework's)")
-    adv.add_argument("--framework", default=DEFAULT_FRAMEWORK, help=", ".join(FRAMEWORKS) + " (default "
+    adv.add_argument("--framework", help=", ".join(FRAMEWORKS) + " (default "
                      f"{DEFAULT_FRAMEWORK}, what runs today): the kernels and overlaps every plan is priced with; "
                      "the plan lists each assumption and the flag that overrides it")
     adv.add_argument("--network", help="the link between hosts (default: the host's): ib-hdr, ib-ndr, roce-400, "
@@ -225,6 +255,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     adv.add_argument("--calibration", help="a calibration file measured on your GPU (labkit.hardware.calibration)")
     adv.add_argument("--top", default="5", help="plans to show (default 5)")
     adv.add_argument("--json", action="store_true", help="print the plans as JSON (bytes, seconds, USD, J, kg)")
+    advise_from.add_flags(adv)
     add_finetune_flags(adv)  # --finetune: the cheapest single card or the fewest GPUs for a LoRA/QLoRA run
     adv.set_defaults(run=run)
 
