@@ -1,4 +1,4 @@
-"""Notebook 06's build-it exercise: a sharded, atomic checkpoint across 2 gloo ranks that survives a SIGKILL.
+"""Notebook 06's build-it exercise: a sharded, atomic checkpoint across gloo ranks that survives a SIGKILL.
 
 The single-file version is :mod:`labkit.practice.checkpoint` (06.code.atomic_save); the lab's own sharded writer
 is :mod:`labkit.resilience.checkpoint`. Here the learner writes ``save_sharded(state, folder, step)`` (every
@@ -7,235 +7,199 @@ rank) and ``load_sharded(folder, rank)`` (one process). The order that makes it 
 they all are, then the manifest written, flushed and renamed over the old one (Mohan et al., "CheckFreq",
 FAST 2021, make the same point: a checkpoint is only as good as its commit).
 
-How it is graded, each on real processes:
-
-* a round trip on 2 ranks (:mod:`labkit.dist`): step 1 then step 2 saved, each rank's state back bit for bit;
-  the calls the save of step 2 makes (``torch.save``, ``os.fsync``, ``os.replace``/``os.rename``, collectives)
-  are spied, as :mod:`labkit.practice.checkpoint` does, which names three bugs a kill cannot always show:
-  a rename without fsync, a manifest committed before the shards, no barrier between them;
-* real SIGKILLs (``labkit.dist.run_outcomes``): a rank dies half-way through writing its shard of step 2
-  (rank 1 after a 1 s delay, so that rank 0 runs ahead; then rank 0); afterwards both ranks must load the same
-  complete checkpoint, step 1 or step 2, bit for bit;
-* an untrusted folder: a shard replaced by a pickle that would create a file when unpickled; loading must not
-  run it (``torch.load(..., weights_only=True)``), and the loader's ``torch.load`` calls are spied.
+Split by trust (:mod:`labkit.practice.build.harness`): :func:`draw` picks the state's size per run;
+:func:`collect` (:mod:`labkit.practice.build.ckpt_collect`) saves and loads with the learner's module only in
+child processes (round trips on 2 and 4 ranks with the save's calls spied, real SIGKILLs half-way through a
+shard, every load and an untrusted folder in one more child) and returns raw records; :func:`judge` computes
+each rank's state itself and names the bug from the evidence: the ranks' writes landing on one path (they
+overwrite each other's shard), a rename with no fsync since the last one, rank 0's manifest renamed before its
+shard is saved (manifest written first) or with no collective in between (no barrier), a loader that unpickles
+(``weights_only=False``), and a kill after which no complete checkpoint loads.
 """
 
 from __future__ import annotations
 
-import builtins
-import io
-import os
+import random
 import shutil
-import signal
 import tempfile
-import time
-import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from labkit import dist as ldist
-from labkit.practice.build.harness import BuildExercise, launch, learner_frames, load_module, register_build
+from labkit.practice.build import diagnosis as dg
+from labkit.practice.build import records
+from labkit.practice.build.ckpt_collect import TIMEOUT_S, kill_rank, load_rank, round_trip_rank, state_of
+from labkit.practice.build.harness import BuildExercise, register_build
 from labkit.practice.coding import Case
 
 KEY = "06.build.sharded_ckpt"
-COLLECTIVES = ("barrier", "all_gather_object", "gather_object", "broadcast_object_list", "all_reduce", "all_gather",
-               "broadcast")
 KILLS = ((1, 1.0), (0, 0.0))  # (rank that dies half-way through its shard of step 2, seconds it waits first)
-TIMEOUT_S = 30.0
 
 
-def state_of(rank: int, step: int) -> dict[str, torch.Tensor]:
-    """Rank ``rank``'s training state at ``step``: fp32 weights, bf16 moments, the step (a few thousand values)."""
-    g = torch.Generator().manual_seed(100 * step + rank)
-    return {"w": torch.randn(2048, generator=g), "m": torch.randn(1024, generator=g).to(torch.bfloat16),
-            "step": torch.tensor(step)}
+def draw(seed: int) -> dict[str, Any]:
+    """The state's size (odd, so a shard of fixed size shows), the world sizes and the kills."""
+    rng = random.Random(seed)
+    return {"numel": rng.randrange(1001, 4097, 2), "worlds": [2, 4], "kills": [list(k) for k in KILLS]}
 
 
-def _same(a: dict, b: dict) -> bool:
-    return isinstance(a, dict) and a.keys() == b.keys() and all(
-        isinstance(a[k], torch.Tensor) and a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in b)
+def collect_many(paths: list[Path], params: dict[str, Any], kills: bool = True) -> list[dict[str, Any]]:
+    """One record per module: the round trips share one launch per world size, the loads one child; the kills
+    (one launch each) run for each module when ``kills``."""
+    base = Path(tempfile.mkdtemp(prefix="labkit-sharded-"))
+    out: list[dict[str, Any]] = [{"round_trips": [], "kills": []} for _ in paths]
+    folders: list[dict[str, list]] = [{} for _ in paths]
+    try:
+        for w in params["worlds"]:
+            jobs = [[str(p), str(base / f"m{i}" / f"rt{w}")] for i, p in enumerate(paths)]
+            got = records.ranks(round_trip_rank, int(w), paths[0], timeout=TIMEOUT_S, params=params, jobs=jobs)
+            ok = "ranks" in got and all(isinstance(r, list) and len(r) == len(paths) for r in got["ranks"])
+            for i, rec in enumerate(out):
+                rec["round_trips"].append({**got, "ranks": [r[i] for r in got["ranks"]]} if ok else got)
+                folders[i][f"rt{w}"] = [jobs[i][1], int(w)]
+        for i, p in enumerate(paths if kills else []):
+            for victim, delay in params["kills"]:
+                folder = str(base / f"m{i}" / f"kill{victim}")
+                got = records.ranks(kill_rank, 2, p, timeout=TIMEOUT_S, params=params, folder=folder,
+                                    victim=int(victim), delay=float(delay))
+                out[i]["kills"].append(got)
+                folders[i][f"kill{victim}"] = [folder, 2]
+        jobs = [{"module": str(p), "folders": folders[i], "evil": f"rt{params['worlds'][0]}"}
+                for i, p in enumerate(paths)]  # fmt: skip
+        got = records.ask(load_rank, paths[0], timeout=TIMEOUT_S, jobs=jobs)
+        ok = "ranks" in got and isinstance(got["ranks"][0], list) and len(got["ranks"][0]) == len(paths)
+        for i, rec in enumerate(out):
+            rec["load"] = {**got, "ranks": [got["ranks"][0][i]]} if ok else got
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
 
 
-def _paths(kind: str, args: tuple) -> tuple[str, ...]:
-    if kind == "save" and len(args) > 1:
-        return (str(getattr(args[1], "name", args[1])),)
-    return tuple(str(a) for a in args[:2]) if kind == "rename" else ()
+def collect(path: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """The raw record of the learner's module at ``path``: round trips, kills and loads, all in child processes."""
+    return collect_many([path], params)[0]
 
 
-class _Spy:
-    """Records, in order, the save's calls to torch.save, os.fsync, os.replace/os.rename and the collectives."""
-
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.paths: list[tuple[str, ...]] = []  # what torch.save wrote, what a rename moved
-        self._real: list[tuple[object, str, object]] = []
-
-    def wrap(self, owner: object, name: str, kind: str, before=None) -> None:
-        real = getattr(owner, name)
-
-        def spy(*args, **kw):
-            self.events.append(kind)
-            self.paths.append(_paths(kind, args))
-            if before is not None:
-                return before(real, *args, **kw)
-            return real(*args, **kw)
-
-        self._real.append((owner, name, real))
-        setattr(owner, name, spy)
-
-    def __enter__(self) -> _Spy:
-        self.wrap(torch, "save", "save")
-        for name in ("fsync", "fdatasync"):
-            self.wrap(os, name, "fsync")
-        for name in ("replace", "rename"):
-            self.wrap(os, name, "rename")
-        for name in COLLECTIVES:
-            self.wrap(dist, name, "collective")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for owner, name, real in reversed(self._real):
-            setattr(owner, name, real)
+def _same(got: Any, want: dict[str, torch.Tensor]) -> bool:
+    return isinstance(got, dict) and got.keys() == want.keys() and all(
+        isinstance(got[k], torch.Tensor) and got[k].dtype == want[k].dtype and torch.equal(got[k], want[k])
+        for k in want)  # fmt: skip
 
 
-def round_trip_rank(rank: int, world: int, path: str, folder: str) -> list:
-    """(Runs in a rank.) Save steps 1 and 2; the calls made by the save of step 2, in order, with their paths."""
-    m = load_module(path)
-    m.save_sharded(state_of(rank, 1), folder, 1)
-    with _Spy() as spy:
-        m.save_sharded(state_of(rank, 2), folder, 2)
-    return list(zip(spy.events, spy.paths, strict=True))
+def _loads(loads: Any, w: int, steps: tuple[int, ...], name: str, params: dict[str, Any], hints: tuple) -> Case:
+    """Every rank loads the same complete checkpoint, one of ``steps``, bit for bit."""
+    got = dg.field({"l": loads}, "l", list)
+    if len(got) != w:
+        return Case(name, False, "the checkpoint folder was not there to load (the save did not run)", hints)
+    for r, g in enumerate(got):
+        failure = g.get("failure") if isinstance(g, dict) else None
+        if failure:
+            return Case(name, False, f"rank {r}'s shard does not load: {failure.get('message')}", hints)
+        if not isinstance(g, dict) or "step" not in g:
+            return Case(name, False, f"load_sharded found no checkpoint for rank {r}", hints)
+    stepped = [g["step"] for g in got]
+    ok = len(set(map(str, stepped))) == 1 and stepped[0] in steps and all(
+        _same(g["state"], state_of(params, r, int(g["step"]))) for r, g in enumerate(got))  # fmt: skip
+    other = [r for r, g in enumerate(got) if any(_same(g["state"], state_of(params, q, int(g["step"])))
+                                                 for q in range(w) if q != r)]  # fmt: skip
+    detail = (f"rank {other[0]} loaded another rank's state: ranks overwriting each other's shard file" if other
+              else f"loaded steps {stepped}: not one complete checkpoint of steps {steps}, bit for bit")
+    return Case(name, ok, detail, OVERWRITE if other else TORN)
 
 
-def _torn(real, obj, f, *args, delay: float = 0.0, **kw) -> None:
-    """torch.save that writes half of its bytes, then dies by SIGKILL (no handler, no flush, no cleanup)."""
-    time.sleep(delay)
-    buf = io.BytesIO()
-    real(obj, buf, *args, **kw)
-    half = buf.getvalue()[: len(buf.getvalue()) // 2]
-    if hasattr(f, "write"):
-        f.write(half)
-        f.flush()
-    else:
-        with open(f, "wb") as out:
-            out.write(half)
-    os.kill(os.getpid(), signal.SIGKILL)
+def _commit(events: list[list]) -> int | None:
+    """Where rank 0 commits: its last rename that is not its own shard's (the shard is what torch.save wrote of
+    the rank's state; its rename moves that file)."""
+    shard = {p[0] for kind, p in events if kind == "shard" and p}
+    return max((i for i, (kind, p) in enumerate(events) if kind == "rename" and not (set(p) & shard)), default=None)
 
 
-def kill_rank(rank: int, world: int, path: str, folder: str, victim: int, delay: float) -> str:
-    """(Runs in a rank.) Save step 1; then save step 2, rank ``victim`` killed half-way through its shard."""
-    m = load_module(path)
-    m.save_sharded(state_of(rank, 1), folder, 1)
-    dist.barrier()
-    if rank == victim:
-        spy = _Spy()
-        spy.wrap(torch, "save", "save", before=lambda real, *a, **k: _torn(real, *a, delay=delay, **k))
-    m.save_sharded(state_of(rank, 2), folder, 2)
-    return "saved"
+def _shared_targets(events: list[list]) -> str:
+    """A path two ranks both saved to or renamed onto (rank 0's manifest commit left out)."""
+    targets = []
+    for ev in events:
+        saved = {p[0] for kind, p in ev if kind in ("save", "shard") and p and "/" in p[0]}
+        targets.append(saved | {p[1] for kind, p in ev if kind == "rename" and len(p) == 2})
+    at = _commit(events[0])
+    commit = events[0][at][1][1] if at is not None and len(events[0][at][1]) == 2 else None
+    for r in range(1, len(targets)):
+        both = (targets[0] - {commit}) & targets[r]
+        if both:
+            return f"rank 0 and rank {r} both wrote {Path(sorted(both)[0]).name}"
+    return ""
 
 
-def _diagnose(calls: list[list]) -> list[Case]:
-    """The order of rank 0's calls (it commits the manifest), and an fsync before every rename on every rank.
-
-    The manifest's commit is rank 0's last rename of a file that ``torch.save`` did not write (a shard's own
-    rename moves the file torch.save wrote)."""
-    events = [[kind for kind, _ in c] for c in calls]
-    ev, written = events[0], {p[0] for kind, p in calls[0] if kind == "save" and p}
-    last = max((i for i, (kind, p) in enumerate(calls[0]) if kind == "rename" and not (set(p) & written)),
-               default=None)
-    saves = [i for i, e in enumerate(ev) if e == "save"]
-    cases = [Case("rank 0 commits the manifest with an atomic rename (os.replace)", last is not None,
+def _order(events: list[list], w: int) -> list[Case]:
+    """The order of rank 0's calls (it commits the manifest), and an fsync before every rename on every rank."""
+    kinds = [[kind for kind, _ in ev] for ev in events]
+    ev, last = kinds[0], _commit(events[0])
+    saves = [i for i, e in enumerate(ev) if e == "shard"]
+    cases = [Case(f"rank 0 commits the manifest with an atomic rename (os.replace) [{w} ranks]", last is not None,
                   f"calls seen on rank 0: {', '.join(ev) or 'none'}", COMMIT)]
     if last is not None:
-        first = saves and saves[-1] > last
-        cases.append(Case("the manifest is committed after the shards", not first,
+        first = bool(saves) and saves[-1] > last
+        cases.append(Case(f"the manifest is committed after the shards [{w} ranks]", not first,
                           "manifest written before the shards: rank 0 renamed the manifest into place, then saved "
                           "its shard (a kill in between leaves a manifest naming a shard that is not there)", ORDER))
         between = ev[saves[-1] + 1:last] if saves and not first else ["collective"]
-        cases.append(Case("a collective between the shard writes and the manifest", "collective" in between,
-                          "no barrier between the shard writes and the manifest: rank 0 cannot know the other "
-                          "shards are on disk when it commits", ORDER))
-    bare = [r for r, ev in enumerate(events) if any(
+        cases.append(Case(f"a collective between the shard writes and the manifest [{w} ranks]",
+                          "collective" in between, "no barrier between the shard writes and the manifest: rank 0 "
+                          "cannot know the other shards are on disk when it commits", ORDER))
+    bare = [r for r, ev in enumerate(kinds) if any(
         e == "rename" and "fsync" not in ev[max((j for j in range(i) if ev[j] == "rename"), default=-1) + 1:i]
         for i, e in enumerate(ev))]  # fmt: skip
-    cases.append(Case("every file is flushed to disk (os.fsync) before its rename", not bare,
+    cases.append(Case(f"every file is flushed to disk (os.fsync) before its rename [{w} ranks]", not bare,
                       f"rename without fsync on rank {bare[0] if bare else ''}: a SIGKILL cannot show it (the kernel "
                       "keeps a dead process's pages); a power cut before they reach the disk leaves a renamed, empty "
                       "file", FSYNC))
     return cases
 
 
-def _loads(m, folder: Path, steps: tuple[int, ...], name: str) -> Case:
-    """Both ranks load the same complete checkpoint, one of ``steps``, bit for bit."""
-    try:
-        got = [m.load_sharded(folder, r) for r in range(2)]
-    except NotImplementedError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a torn shard fails to load in many ways
-        return Case(name, False, f"the checkpoint does not load: {type(err).__name__}: {err}", TORN)
-    if any(g is None for g in got):
-        return Case(name, False, "load_sharded found no checkpoint", TORN)
-    ok = got[0][0] == got[1][0] in steps and all(_same(g[1], state_of(r, g[0])) for r, g in enumerate(got))
-    return Case(name, ok, f"loaded steps {[g[0] for g in got]}: not one complete checkpoint of steps {steps}, "
-                "bit for bit", TORN)
+def _kill(run: dict[str, Any], victim: int, loads: Any, params: dict[str, Any]) -> Case:
+    name = f"SIGKILL of rank {victim} half-way through its shard of step 2: one whole checkpoint loads"
+    failure = run.get("failure") if isinstance(run, dict) else None
+    killed = isinstance(failure, dict) and failure.get("rank") == victim and "-9" in str(failure.get("message"))
+    if not killed:
+        why = "it never called torch.save" if failure is None else str(failure.get("message"))
+        return Case(name, False, f"rank {victim} was not killed while saving its shard: {why}", TORN)
+    return _loads(loads, 2, (1, 2), name, params, TORN)
 
 
-def _untrusted(m, folder: Path) -> list[Case]:
-    """A shard replaced by a pickle that creates a file when unpickled: the loader must not run it."""
-    marker = folder.parent / "pwned"
-
-    class Evil:
-        def __reduce__(self):
-            return builtins.open, (str(marker), "w")
-
-    for f in folder.rglob("*"):
-        if f.is_file() and zipfile.is_zipfile(f):
-            torch.save({"w": Evil()}, f)
-    seen: list[object] = []
-    real = torch.load
-    torch.load = lambda *a, **k: (seen.append(k.get("weights_only", True)), real(*a, **k))[1]
-    try:
-        for r in range(2):
-            try:
-                m.load_sharded(folder, r)
-            except NotImplementedError:
-                raise
-            except Exception:  # noqa: BLE001, S110 - refusing the file is right; running it is what is checked
-                pass
-    finally:
-        torch.load = real
-    ran, unsafe = marker.exists(), [w for w in seen if w is not True]
-    return [Case("an untrusted shard is refused, never unpickled (torch.load with weights_only=True)",
-                 not ran and not unsafe, "loading with weights_only=False ran code from the checkpoint folder "
-                 f"({'a file was created by the pickle' if ran else 'torch.load called with weights_only=False'})",
-                 TRUST)]
-
-
-def run(path: Path, kills: tuple[tuple[int, float], ...] = KILLS) -> list[Case]:
-    m = load_module(path)
-    with tempfile.TemporaryDirectory(prefix="labkit-sharded-") as d:
-        folder = Path(d) / "ckpt"
-        events, failed = launch(round_trip_rank, 2, path, what="saving", timeout=TIMEOUT_S, folder=str(folder))
-        if failed:
-            return [failed]
-        cases = [_loads(m, folder, (2,), "round trip: step 2 loads on both ranks, bit for bit"), *_diagnose(events)]
-        cases += _untrusted(m, folder)
-        for victim, delay in kills:
-            shutil.rmtree(folder, ignore_errors=True)
-            outs = ldist.run_outcomes(kill_rank, 2, timeout=TIMEOUT_S, path=str(path), folder=str(folder),
-                                      victim=victim, delay=delay)
-            odd = [o for o in outs if o.rank != victim and o.status == "raised" and "NotImplementedError" in o.error]
-            if odd:
-                raise NotImplementedError(odd[0].error)
-            name = f"SIGKILL of rank {victim} half-way through its shard of step 2: one whole checkpoint loads"
-            if outs[victim].exit_code != -signal.SIGKILL:
-                where = learner_frames(outs[victim].remote_traceback, path)
-                cases.append(Case(name, False, f"rank {victim} was not killed while saving its shard: "
-                                  f"{outs[victim].error or 'it never called torch.save'} {where}".strip(), TORN))
-                continue
-            cases.append(_loads(m, folder, (1, 2), name))
+def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
+    """Round trips and their calls on each world size, the untrusted folder, then the kills."""
+    load = dg.field(record, "load", dict)
+    if stop := dg.failure_case(load, f"loading runs within {TIMEOUT_S:g} s", {"raised": TORN}):
+        return [stop]
+    lr = dg.field(dg.ranks_of(load, 1), 0, dict)
+    if "failure" in lr:
+        return [Case("the module imports", False, str(lr["failure"].get("message")), TORN)]
+    loads, cases = dg.field(lr, "loads", dict), []
+    worlds = [int(w) for w in params["worlds"]]
+    for w, rt in zip(worlds, dg.field(record, "round_trips", list, len(worlds)), strict=True):
+        if stop := dg.failure_case(rt, f"saving on {w} ranks within {TIMEOUT_S:g} s", {dg.SOME_RANKS: ORDER}):
+            cases.append(stop)
+            continue
+        ranks = dg.ranks_of(rt, w)
+        if bad := [(r, x) for r, x in enumerate(ranks) if isinstance(x, dict) and "failure" in x]:
+            cases.append(Case(f"saving on {w} ranks", False, f"rank {bad[0][0]}: {bad[0][1]['failure'].get('message')}",
+                              ORDER))
+            continue
+        events = [dg.field(x, "events", list) for x in ranks]
+        rt_case = _loads(loads.get(f"rt{w}"), w, (2,), f"round trip on {w} ranks: step 2 loads on every rank, bit "
+                         "for bit", params, TORN)
+        if shared := _shared_targets(events):
+            rt_case = Case(rt_case.name, False, f"{shared}: ranks overwriting each other's shard file (each rank "
+                           "needs its own file name)", OVERWRITE)
+        cases += [rt_case, *_order(events, w)]
+    unsafe = [s for s in dg.field(lr, "weights_only", list) if s not in ("True", "default")]
+    ran = dg.field(dg.field(lr, "evil", dict), "ran", bool)
+    cases.append(Case("an untrusted shard is refused, never unpickled (torch.load with weights_only=True)",
+                      not ran and not unsafe, "loading with weights_only=False ran code from the checkpoint folder "
+                      f"({'a file was created by the pickle' if ran else 'torch.load called with weights_only=False'})",
+                      TRUST))
+    kills = dg.field(record, "kills", list)
+    for (victim, _), run in zip(params["kills"], kills, strict=False):
+        cases.append(_kill(run, int(victim), loads.get(f"kill{victim}"), params))
     return cases
 
 
@@ -250,21 +214,23 @@ TORN = ("After a kill half-way through a shard, what does the manifest point at?
         "The manifest must only ever name shards that are complete: commit it last, after a collective.")
 TRUST = ("Who wrote the files in a checkpoint folder? Unpickling runs whatever code the pickle names.",
          "torch.load(path, weights_only=True), and check each shard's SHA-256 against the manifest.")
+OVERWRITE = ("Every rank runs the same save_sharded. What makes rank 0's file name differ from rank 1's?",
+             "Put the rank in the shard's name: step-N/shard-{rank}.pt (and its temporary file shard-{rank}.tmp).")
 
 
 register_build(BuildExercise(
-    KEY,
-    "sharded_ckpt.py",
-    "In build/sharded_ckpt.py write save_sharded(state, folder, step) (every rank writes its shard with "
-    "torch.save; rank 0 commits a manifest last) and load_sharded(folder, rank) -> (step, state) or None "
-    "(torch.load with weights_only=True). Checked on 2 gloo ranks: a round trip, real SIGKILLs half-way through a "
-    "shard, fsync before every rename, the commit order, and an untrusted shard refused.",
-    run,
-    ("A kill can strike any rank at any byte: which single file decides what a reader sees?",
-     "Shards first (write, fsync, rename), then a collective, then rank 0's manifest (write, fsync, rename)."),
-    "Each rank torch.saves its state to step-N/shard-r.tmp, flushes and fsyncs it, os.replaces it to shard-r.pt; "
-    "dist.all_gather_object collects every shard's name and SHA-256 (it is also the barrier); rank 0 writes "
-    "manifest.json.tmp with the step and the checksums, fsyncs it and os.replaces it over manifest.json; a last "
-    "barrier. load_sharded reads manifest.json, checks the shard's SHA-256 and torch.loads it with "
-    "weights_only=True.",
+    key=KEY, stub="sharded_ckpt.py",
+    task="In build/sharded_ckpt.py write save_sharded(state, folder, step) (every rank writes its shard with "
+         "torch.save; rank 0 commits a manifest last) and load_sharded(folder, rank) -> (step, state) or None "
+         "(torch.load with weights_only=True). Checked on 2 and 4 gloo ranks: a round trip, real SIGKILLs half-way "
+         "through a shard, fsync before every rename, the commit order, one file per rank, and an untrusted shard "
+         "refused.",
+    hint=("A kill can strike any rank at any byte: which single file decides what a reader sees?",
+          "Shards first (write, fsync, rename), then a collective, then rank 0's manifest (write, fsync, rename)."),
+    worked="Each rank torch.saves its state to step-N/shard-r.tmp, flushes and fsyncs it, os.replaces it to "
+           "shard-r.pt; dist.all_gather_object collects every shard's name and SHA-256 (it is also the barrier); "
+           "rank 0 writes manifest.json.tmp with the step and the checksums, fsyncs it and os.replaces it over "
+           "manifest.json; a last barrier. load_sharded reads manifest.json, checks the shard's SHA-256 and "
+           "torch.loads it with weights_only=True.",
+    draw=draw, collect=collect, judge=judge,
 ))
