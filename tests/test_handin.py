@@ -1,7 +1,9 @@
 """A scripted student through notebook 01, a kernel restart in the middle, the hand-in and the class table.
 
 Also a class folder with one genuine hand-in, one whose summary was edited by hand and one whose
-coding answer is the instructor key's solution: `collect` flags the two forgeries.
+coding answer is the instructor key's seven-line solution: `collect` flags the forgery and counts the
+re-run, and accuses no one of copying a solution too short for a match to mean a copy
+(:data:`labkit.course.similarity.MIN_NODES`). Costs about 30 s (three sandboxed re-runs).
 """
 
 import csv
@@ -82,7 +84,7 @@ def test_scripted_student_through_notebook_01(tmp_path, monkeypatch):
     assert "restarted" in sessions and len(sessions) == 2
     assert data["summary"]["journal"] == {"lines": len(data["entries"]), "breaks": []}  # the chain held the restart
 
-    rows = collect(tmp_path / "class")
+    rows = collect(tmp_path / "class", unsafe=True)  # the test's own functions: no sandbox needed to trust them
     assert len(rows) == 1 and rows[0]["flags"] == "", rows[0]["flags"]
     with open(tmp_path / "class" / "class.csv") as f:
         table = list(csv.DictReader(f))
@@ -100,7 +102,7 @@ def _handin(tmp_path, monkeypatch, name: str, fn) -> Path:
     return checks.export_answers(tmp_path / "class" / f"{name}.json", student=name)
 
 
-def test_collect_flags_an_edited_summary_and_a_copied_key(tmp_path, monkeypatch):
+def test_collect_flags_an_edited_summary_and_counts_the_reruns(tmp_path, monkeypatch):
     (tmp_path / "class").mkdir()
     _handin(tmp_path, monkeypatch, "ana", student_states)
     bob = _handin(tmp_path, monkeypatch, "bob", student_states_wrong)
@@ -111,14 +113,18 @@ def test_collect_flags_an_edited_summary_and_a_copied_key(tmp_path, monkeypatch)
     _handin(tmp_path, monkeypatch, "cy", REFERENCES["09.code.states_per_gpu"])
     (tmp_path / "class" / "notes.json").write_text("[1, 2]")  # not a hand-in: skipped, never run
 
-    rows = {r["student"]: r for r in collect(tmp_path / "class")}
+    rows = {r["student"]: r for r in collect(tmp_path / "class", unsafe=True)}  # the test's own functions
     assert rows["ana"]["flags"] == ""
     assert "summary does not match its journal lines" in rows["bob"]["flags"]
-    assert "the instructor key's solution" in rows["cy"]["flags"]
-    assert rows["bob"]["coding_passed"] == 0  # the table counts the lines, not the edited summary
+    assert rows["cy"]["flags"] == "" and rows["cy"]["coding_passed"] == 1  # 76 nodes: the natural answer
+    assert rows["bob"]["coding_passed"] == 0  # the table counts the re-run, not the edited summary
+    assert "SUMMARY_EDITED" in rows["bob"]["flag_codes"] and rows["ana"]["coding_passed"] == 1
     with open(tmp_path / "class" / "class.csv") as f:
         table = list(csv.reader(f))
     assert tuple(table[0]) == COLUMNS and [r[0] for r in table[1:]] == ["ana", "bob", "cy"]  # one row per student
+    with open(tmp_path / "class" / "flags.csv") as f:
+        flags = list(csv.DictReader(f))
+    assert [(f["student"], f["code"]) for f in flags] == [("bob", "SUMMARY_EDITED"), ("bob", "DIGEST")]
     detail = json.loads((tmp_path / "class" / "class.json").read_text())
     assert detail["skipped"] == ["notes.json"] and list(detail["columns"]) == list(COLUMNS)
 

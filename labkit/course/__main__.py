@@ -3,16 +3,20 @@
     copies  [--src labs] [--dst my-labs]   student copies, never overwriting one (what `make lab` runs)
     update  [--src labs] [--dst my-labs]   the same, and a newer notebook version written beside the student's
     release DIR                             a student distribution: no stored outputs, no widget state, no key
-    collect DIR [--out DIR] [--no-rerun]    a class's hand-ins, re-graded, into DIR/class.csv and class.json
+    collect DIR [--out DIR] [--no-rerun] [--unsafe-rerun]
+                                            a class's hand-ins, re-graded, into class.csv, items.csv, flags.csv,
+                                            similarity.csv and class.json (in DIR, or --out, made if new)
     key [--out FILE] [--no-designs]         the instructor's answer key
 
-Bad input (a missing folder, a file where a folder belongs) is one line on stderr and exit 2.
+Bad input (a missing folder, a file where a folder belongs) is one line on stderr and exit 2; so is an
+instructor's command (release, collect, key) run from a student release, which leaves them out.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import types
 from pathlib import Path
 
 from labkit.course.copies import LABS, STUDENT_DIR, make_student_copies
@@ -31,13 +35,28 @@ def _parser() -> argparse.ArgumentParser:
     rel.add_argument("dir")
     col = sub.add_parser("collect", help="a class's hand-ins into one CSV and one JSON, re-graded")
     col.add_argument("dir")
-    col.add_argument("--out", default=None, help="folder for class.csv and class.json (default: DIR)")
-    col.add_argument("--no-rerun", action="store_true", help="do not re-run submitted code")
+    col.add_argument("--out", default=None, help="folder for the gradebook files (default: DIR; made if new)")
+    col.add_argument("--no-rerun", action="store_true", help="do not re-run submitted code (not counted as passed)")
+    col.add_argument("--unsafe-rerun", action="store_true",
+                     help="where no sandbox works here, re-run submitted code unsandboxed, as yourself")
     col.add_argument("--timeout", type=float, default=120.0, help="seconds for one hand-in's code re-runs")
     key = sub.add_parser("key", help="the instructor's answer key")
     key.add_argument("--out", default=None, help="write it to this file (default: print it)")
     key.add_argument("--no-designs", action="store_true", help="skip the design tasks' search (the slow part)")
     return parser
+
+
+def _instructor(name: str) -> types.ModuleType:
+    """An instructor-only module, or one line saying that a student release leaves it out."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"labkit.course.{name}")
+    except ModuleNotFoundError as err:
+        if err.name and err.name.startswith("labkit.course"):
+            raise LabkitError(f"{name} is an instructor's command: a student release leaves it out "
+                              f"(no {err.name})") from None
+        raise
 
 
 def _run(a: argparse.Namespace) -> str:
@@ -46,19 +65,17 @@ def _run(a: argparse.Namespace) -> str:
         line = f"student copies in {a.dst}: {len(made.created)} new, {len(made.kept)} kept as they were"
         return line + (f", {len(made.updated)} newer versions written beside them" if a.command == "update" else "")
     if a.command == "release":
-        from labkit.course.release import make_release
-
-        rel = make_release(Path(a.dir))
-        return f"student release in {a.dir}: {len(rel.notebooks)} notebooks, {len(rel.files)} files, no instructor/"
+        rel = _instructor("release").make_release(Path(a.dir))
+        return f"student release in {a.dir}: {len(rel.notebooks)} notebooks, {len(rel.files)} files, no key"
     if a.command == "collect":
-        from labkit.course.collect import collect
-
-        rows = collect(Path(a.dir), None if a.out is None else Path(a.out), not a.no_rerun, a.timeout)
-        flagged = sum(bool(r["flags"]) for r in rows)
+        collect = _instructor("collect").collect
+        rows = collect(Path(a.dir), None if a.out is None else Path(a.out), not a.no_rerun, a.timeout,
+                       unsafe=a.unsafe_rerun)
+        flagged = sum(bool(r["flag_codes"]) for r in rows)
         where = a.out or a.dir
-        return f"{len(rows)} students in {where}/class.csv and class.json; {flagged} with flags"
-    from labkit.course.key import answer_key
-
+        return (f"{len(rows)} students in {where}/class.csv (items.csv, flags.csv, similarity.csv, class.json); "
+                f"{flagged} with flags")
+    answer_key = _instructor("key").answer_key
     out = None if a.out is None else Path(a.out)
     if out is not None and not out.parent.is_dir():
         raise LabkitError(f"out must be in an existing folder (no folder {str(out.parent)!r})")

@@ -1,11 +1,22 @@
-"""Collect a class's hand-ins into one table: one row per student, stable columns, every record re-graded.
+"""Collect a class's hand-ins into a gradebook: every count re-graded by labkit, none taken from a hand-in's claims.
 
-``collect(folder)`` reads each ``*.json`` under the folder as JSON (never anything else: no
-pickle, no import), checks that its summary is the one its journal lines give and that its
-digest holds (:mod:`labkit.teach.handin`), that its journal's hash chain is whole
-(:func:`labkit.teach.journal.verify`: a line deleted, moved or edited before the export),
-re-grades what labkit can (:mod:`labkit.course.regrade`), and writes ``class.csv`` (one row per
-student, the columns of :data:`COLUMNS`) and ``class.json`` (every student's items and flags).
+``collect(folder, out)`` reads each ``*.json`` under the folder as JSON (never anything else: no pickle,
+no import), checks that its summary is the one its journal lines give and that its digest holds
+(:mod:`labkit.teach.handin`), that its journal's hash chain is whole (:func:`labkit.teach.journal.verify`),
+re-grades every item (:mod:`labkit.course.gradebook`, :mod:`labkit.course.regrade`: the submitted code re-run
+in the sandbox) and writes, into ``out`` (made if it does not exist):
+
+* ``class.csv``: one row per student, the columns of :data:`COLUMNS`, counted from the re-graded items;
+* ``items.csv``: one row per student and item (:data:`labkit.course.gradebook.ITEM_COLUMNS`), for a
+  spreadsheet's or an LMS's pivot;
+* ``flags.csv``: one row per flag (student, file, item, code, message; the codes in
+  :data:`labkit.course.regrade.CODES`);
+* ``similarity.csv``: every pair of students' solutions of each coding and build-it item, with the
+  overlap of their normalised code (:mod:`labkit.course.similarity`): a figure to look at, not a verdict;
+* ``class.json``: all of it, with the pairs above :data:`labkit.course.similarity.PAIR_REPORT`.
+
+A hand-in that cannot be read, or an item that cannot be graded, is a flag on that student; the rest of
+the class is collected whatever it holds.
 """
 
 from __future__ import annotations
@@ -16,115 +27,157 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.course import regrade
+from labkit.course import gradebook, regrade, similarity
 from labkit.errors import LabkitError
 from labkit.teach import handin, journal
 
-COLUMNS = ("student", "files", "notebooks", "labkit_versions", "predictions_registered", "predictions_committed",
-           "predictions_right", "predictions_no_guess", "exercises_right", "exercises_tries", "reasoning_right",
-           "reasoning_tries", "coding_passed", "coding_tries", "design_met", "capstone_met", "flags")
+COLUMNS = ("student", "files", "notebooks", "labkit_versions", *gradebook.TOTALS, "flag_codes", "flags")
+FLAG_COLUMNS = ("student", "file", "item", "code", "message")
+PAIR_COLUMNS = ("item", "student_a", "student_b", "similarity", "long_enough")
 
 
 @dataclass
 class Student:
-    """One student's hand-ins, merged: totals summed over notebooks, flags from every file."""
+    """One student's hand-ins, merged: re-graded items (the first file's where two hold one), flags of every file."""
 
     name: str
     files: list[str] = field(default_factory=list)
     versions: set[str] = field(default_factory=set)
-    summaries: list[dict] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
+    items: dict[str, gradebook.ItemRow] = field(default_factory=dict)
+    flags: list[dict[str, str]] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # coding item -> the source re-run
+
+    def flag(self, file: str, item: str, code: str, message: str) -> None:
+        self.flags.append({"student": self.name, "file": file, "item": item, "code": code, "message": message})
 
     def row(self) -> dict[str, object]:
-        t: dict[str, dict] = {}
-        books: set[str] = set()
-        for s in self.summaries:
-            books |= set(s.get("notebooks", []))
-            for kind, counts in s.get("totals", {}).items():
-                for name, n in counts.items():
-                    t.setdefault(kind, {}).setdefault(name, 0)
-                    t[kind][name] += n if isinstance(n, int) else 0
-
-        def g(kind: str, name: str) -> int:
-            return t.get(kind, {}).get(name, 0)
-
-        return {"student": self.name, "files": ";".join(self.files), "notebooks": ";".join(sorted(books)),
-                "labkit_versions": ";".join(sorted(self.versions)),
-                "predictions_registered": g("predictions", "registered"),
-                "predictions_committed": g("predictions", "committed"), "predictions_right": g("predictions", "right"),
-                "predictions_no_guess": g("predictions", "no_guess"), "exercises_right": g("exercise", "right"),
-                "exercises_tries": g("exercise", "tries"), "reasoning_right": g("reasoning", "right"),
-                "reasoning_tries": g("reasoning", "tries"), "coding_passed": g("coding", "right"),
-                "coding_tries": g("coding", "tries"), "design_met": g("design", "right"),
-                "capstone_met": g("capstone", "right"), "flags": " | ".join(self.flags)}
+        books = sorted({r.notebook for r in self.items.values()})
+        codes = sorted({f["code"] for f in self.flags})
+        return {"student": self.name, "files": ";".join(self.files), "notebooks": ";".join(books),
+                "labkit_versions": ";".join(sorted(self.versions)), **gradebook.totals(list(self.items.values())),
+                "flag_codes": ";".join(codes),
+                "flags": " | ".join(f"{f['file']}: {f['message']}" for f in self.flags)}
 
 
 def _load(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) and data.get("format") == handin.FORMAT else None
 
 
-def integrity_flags(data: dict, summary: dict | None = None) -> list[str]:
+def integrity_flags(data: dict, summary: dict | None = None) -> list[regrade.Flag]:
     """Whether the stored summary is what the stored lines give, and the digest still holds (``summary``: those
     lines' summary when the caller has computed it already)."""
     lines = data.get("entries") if isinstance(data.get("entries"), list) else []
     entries = journal.parse([json.dumps(x) for x in lines])
     flags = []
     if len(entries) != len(lines):
-        flags.append(f"{len(lines) - len(entries)} journal lines are not journal entries")
+        flags.append(regrade.Flag("", f"{len(lines) - len(entries)} journal lines are not journal entries",
+                                  "NOT_ENTRIES"))
     summary = dict(summary if summary is not None else handin.summarise(entries, data.get("notebooks")))
     stored = data.get("summary")
     if isinstance(stored, dict) and "journal" not in stored:  # a hand-in exported before the journal's chain
         summary.pop("journal")
     if summary != stored:
-        flags.append("summary does not match its journal lines (edited by hand?)")
+        flags.append(regrade.Flag("", "summary does not match its journal lines (edited by hand?)", "SUMMARY_EDITED"))
     if handin.digest(lines, data.get("summary")) != data.get("digest"):
-        flags.append("digest does not match the file (edited after export?)")
+        flags.append(regrade.Flag("", "digest does not match the file (edited after export?)", "DIGEST"))
     return flags
 
 
-def check_handin(data: dict, rerun_code: bool = True, timeout_s: float = 120.0) -> tuple[list[str], dict]:
-    """Every flag of one hand-in, and the summary recomputed from its lines (what the table counts)."""
-    entries = journal.parse([json.dumps(x) for x in data.get("entries", []) if isinstance(x, dict)])
-    summary = handin.summarise(entries, data.get("notebooks"))
-    flags = integrity_flags(data, summary) + summary["journal"]["breaks"]  # lines deleted, moved or edited
-    found = regrade.exercise_flags(entries) + regrade.prediction_flags(entries) + regrade.design_flags(entries)
+def _notebooks(data: dict) -> list[str]:
+    books = data.get("notebooks")
+    return [b for b in books if isinstance(b, str) and len(b) == 2 and b.isdigit()] if isinstance(books, list) else []
+
+
+def check_handin(data: dict, rerun_code: bool = True, timeout_s: float = 120.0, unsafe: bool = False,
+                 student: str = "") -> tuple[list[regrade.Flag], list[gradebook.ItemRow], dict[str, str]]:
+    """Every flag of one hand-in, its re-graded item rows, and the coding sources that were re-run."""
+    lines = data.get("entries") if isinstance(data.get("entries"), list) else []
+    entries = journal.parse([json.dumps(x) for x in lines if isinstance(x, dict)])
+    books = _notebooks(data)
+    summary = handin.summarise(entries, books)
+    flags = integrity_flags(data, summary)
+    flags += [regrade.Flag("", b, "CHAIN_BREAK") for b in summary["journal"]["breaks"]]
+    flags += regrade.exercise_flags(entries) + regrade.prediction_flags(entries) + regrade.design_flags(entries)
+    items, bad = regrade.coding_items(summary)
+    reruns = None
     if rerun_code:
-        found += regrade.coding_flags(summary, timeout_s)[0]
-    return flags + [str(f) for f in found], summary
+        found, reruns = regrade.regrade_code(summary, timeout_s, unsafe)
+        flags += found
+    else:
+        flags += bad + regrade.copy_flags({i["key"]: i["source"] for i in items})
+        flags += [regrade.Flag(i["key"], "not re-run (--no-rerun): not counted as passed", "NOT_RERUN")
+                  for i in items]
+    rows = gradebook.item_rows(student, entries, books, reruns, flags)
+    return flags, rows, {i["key"]: i["source"] for i in items}
 
 
-def collect(folder: Path, out: Path | None = None, rerun_code: bool = True,
-            timeout_s: float = 120.0) -> list[dict[str, object]]:
-    """Read every hand-in under ``folder``, write ``class.csv`` and ``class.json`` to ``out`` (default: folder)."""
+def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _out_folder(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise LabkitError(f"out must be a folder (got the file {str(out)!r})")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise LabkitError(f"out must be a folder that can be made ({str(out)!r}: {err.strerror})") from None
+    return out
+
+
+def _read_student(students: dict[str, Student], path: Path, folder: Path, data: dict, rerun_code: bool,
+                  timeout_s: float, unsafe: bool) -> None:
+    name = str(data.get("student") or path.stem)
+    s = students.setdefault(name, Student(name))
+    rel = str(path.relative_to(folder))
+    s.files.append(rel)
+    s.versions.add(str(data.get("labkit_version", "")))
+    try:
+        flags, rows, sources = check_handin(data, rerun_code, timeout_s, unsafe, name)
+    except LabkitError:
+        raise  # the sandbox refusing to run code (no sandbox, no --unsafe-rerun) is the instructor's to fix
+    except Exception as err:  # noqa: BLE001 - one unreadable hand-in never stops the class
+        s.flag(rel, "", "MALFORMED", f"the hand-in could not be graded ({type(err).__name__}: {err})")
+        return
+    for f in flags:
+        s.flag(rel, f.key, f.code, str(f))
+    for r in rows:
+        if r.item in s.items and r.tries:
+            s.flag(rel, r.item, "DUPLICATE", f"{r.item}: also in an earlier file; that file's counts stand")
+        elif r.item not in s.items or (r.tries and not s.items[r.item].tries):
+            s.items[r.item] = r
+    for k, src in sources.items():
+        s.sources.setdefault(k, src)
+
+
+def collect(folder: Path, out: Path | None = None, rerun_code: bool = True, timeout_s: float = 120.0,
+            unsafe: bool = False) -> list[dict[str, object]]:
+    """Read every hand-in under ``folder``, write the gradebook files to ``out`` (default: folder; made if new)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise LabkitError(f"DIR must be a folder of hand-ins (no folder {str(folder)!r})")
-    out = folder if out is None else Path(out)
-    if not out.is_dir():
-        raise LabkitError(f"out must be an existing folder (no folder {str(out)!r})")
+    out = _out_folder(folder if out is None else Path(out))
+    written = {out / n for n in ("class.json", "class.csv", "items.csv", "flags.csv", "similarity.csv")}
     previous = os.environ.get(journal.ENV)
     os.environ[journal.ENV] = os.devnull  # re-grading runs checks: nothing of it belongs in a journal
     students: dict[str, Student] = {}
     skipped = []
     try:
         for path in sorted(folder.rglob("*.json")):
-            if path.name == "class.json":
+            if path in written or path.name == "class.json":
                 continue
             data = _load(path)
             if data is None:
                 skipped.append(path.name)
                 continue
-            name = str(data.get("student") or path.stem)
-            s = students.setdefault(name, Student(name))
-            flags, summary = check_handin(data, rerun_code, timeout_s)
-            s.files.append(str(path.relative_to(folder)))
-            s.versions.add(str(data.get("labkit_version", "")))
-            s.summaries.append(summary)
-            s.flags += [f"{path.name}: {f}" for f in flags]
+            _read_student(students, path, folder, data, rerun_code, timeout_s, unsafe)
     finally:
         if previous is None:
             os.environ.pop(journal.ENV, None)
@@ -132,13 +185,33 @@ def collect(folder: Path, out: Path | None = None, rerun_code: bool = True,
             os.environ[journal.ENV] = previous
     if not students:
         raise LabkitError(f"DIR must hold hand-ins (labkit-handin JSON files); none in {str(folder)!r}")
-    rows = [s.row() for _, s in sorted(students.items())]
-    with open(out / "class.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    detail = {"columns": list(COLUMNS), "rows": rows, "skipped": skipped,
-              "students": {n: {"files": s.files, "flags": s.flags, "summaries": s.summaries}
-                           for n, s in sorted(students.items())}}  # fmt: skip
+    ordered = [s for _, s in sorted(students.items())]
+    rows = [s.row() for s in ordered]
+    items = [r.csv() for s in ordered for _, r in sorted(s.items.items())]
+    flags = [f for s in ordered for f in s.flags]
+    pairs = _pairs(ordered)
+    _write_csv(out / "class.csv", COLUMNS, rows)
+    _write_csv(out / "items.csv", gradebook.ITEM_COLUMNS, items)
+    _write_csv(out / "flags.csv", FLAG_COLUMNS, flags)
+    _write_csv(out / "similarity.csv", PAIR_COLUMNS, pairs)
+    detail = {"columns": list(COLUMNS), "rows": rows, "skipped": skipped, "items": items, "flags": flags,
+              "codes": regrade.CODES, "similar_pairs": [p for p in pairs if p["similarity"] >= similarity.PAIR_REPORT],
+              "similarity_threshold": {"min_nodes": similarity.MIN_NODES, "pairs_listed_from": similarity.PAIR_REPORT},
+              "students": {s.name: {"files": s.files, "flags": s.flags} for s in ordered}}  # fmt: skip
     (out / "class.json").write_text(json.dumps(detail, indent=1) + "\n")
     return rows
+
+
+def _pairs(students: list[Student]) -> list[dict[str, object]]:
+    """Every pair of students' solutions per coding item, most alike first (build-it stubs taken out)."""
+    from labkit.practice.build import BUILDS
+    from labkit.practice.build.harness import STUBS
+
+    by_item: dict[str, dict[str, str]] = {}
+    for s in students:
+        for k, src in s.sources.items():
+            by_item.setdefault(k, {})[s.name] = src
+    bases = {k: (STUBS / BUILDS[k].stub).read_text() for k in by_item if k in BUILDS}
+    return [{"item": p.item, "student_a": p.a, "student_b": p.b, "similarity": p.similarity,
+             "long_enough": p.long_enough} for p in similarity.pairs(by_item, bases)]  # fmt: skip
+

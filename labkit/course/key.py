@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from labkit.course.copies import ROOT
-from labkit.course.regrade import exercises
+from labkit.course.regrade import exercises, quiet_panels
 from labkit.practice.build import BUILDS
 from labkit.teach import prediction_mistakes
 from labkit.teach.predictions import PREDICTIONS
@@ -70,7 +70,8 @@ def answer_key(designs: bool = True, answers: Path = PREDICTION_ANSWERS) -> str:
                     "instructor/key.py"
                 out.append(f"- {key}: reference solution in {where}. {ex.task.splitlines()[0]}")
         if nb in design.TASKS:
-            solution = design.find_solution(nb) if designs else None
+            with quiet_panels():
+                solution = design.find_solution(nb) if designs else None
             shown = json.dumps(solution) if solution else ("skipped" if not designs else "none found on the grid")
             out.append(f"- {nb}.design: {design.TASKS[nb][0]}\n    a setting that meets it: {shown}")
         out.append("")

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labkit.errors import require_choice
+from labkit.errors import LabkitError, require_choice
 from labkit.teach import predictions  # noqa: F401 - the registry and state, for tests and the course tools
 from labkit.teach.diagnose import diagnose, same_text
 from labkit.teach.feedback import Feedback
@@ -90,8 +90,20 @@ def _diagnosis(ex: Exercise, value: float, right: float) -> str:
     return diagnose(value, right, unit=ex.unit)
 
 
+def _not_registered(key: str) -> str:
+    """Why ``key`` is unknown when no exercise of its kind and notebook is registered yet: the import it needs."""
+    if ".reason." in key:
+        return (f"exercise {key!r} is not registered yet: run `from labkit.practice import reasoning` first "
+                "(importing it registers the reasoning exercises; the cell above this one does)")
+    return (f"exercise {key!r} is not registered yet: run notebook {key[:2]}'s first cell first (it imports "
+            f"the exercises module that registers notebook {key[:2]}'s self-checks)")
+
+
 def check(key: str, answer: float | None) -> Feedback:
     """Feedback on ``answer`` to exercise ``key``: right (with why), or the mistake named and a hint step."""
+    if key not in EXERCISES and isinstance(key, str) and not any(
+            k[:2] == key[:2] and kind_of(k) == kind_of(key) for k in EXERCISES):
+        raise LabkitError(_not_registered(key))
     require_choice("exercise", key, EXERCISES)
     ex = EXERCISES[key]
     if answer is None:

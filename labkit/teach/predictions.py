@@ -143,12 +143,22 @@ def commit(key: str, guess: object) -> journal.Entry | None:
 def predict(key: str, guess: object) -> object:
     """Commit ``guess`` to prediction ``key`` in the cell that sets it; returns the guess (None: not yet).
 
-    ``predict(key, PASS)`` passes: recorded as "no guess", so the reveal shows the answer.
+    ``predict(key, PASS)`` passes: recorded as "no guess", so the reveal shows the answer, also after a
+    reveal that refused (the answer was hidden; the prediction is scored "no guess" either way); it prints
+    what it did, so the cell that passes says so.
     """
     registered(key)
     if guess is PASS:
-        if not state(key).revealed:
+        st = state(key)
+        if not st.passed:
             journal.record("prediction", key, NO_GUESS, False, event="pass")
+        if not st.revealed:
+            print(f"Passed: no guess for {key}, recorded as 'no guess'; its reveal shows the answer.")
+        elif st.committed == NO_GUESS:
+            print(f"Passed: {key} stays 'no guess' (its reveal already ran with none); its reveal shows the answer "
+                  "now: run that cell again.")
+        else:
+            print(f"Not passed: {key} was revealed with your committed guess {st.committed!r}, the one scored.")
         return None
     why = malformed(PREDICTIONS[key].kind, guess)
     if why:

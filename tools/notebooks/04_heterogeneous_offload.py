@@ -92,11 +92,12 @@ for e in traces[0].entries[:6]:
 # With the trace as the plan, labkit's `Offloader` moves every saved activation out as it
 # is saved, to a DRAM pool or to real files on disk, and a background thread reads them
 # back in backward order, ahead of use. **Predict:** does the step now fit, and do the
-# parameters after the step change?
+# parameters after the step differ from those the same step gives without offload? (Every
+# step changes the parameters; the claim "the parameters change" below means: from the plain run's.)
 
 # %%
 predicted_fits = None  # True or False (or "yes" / "no")
-predicted_changes = None  # True or False (or "yes" / "no")
+predicted_changes = None  # differ from the plain run's after the step? True or False (or "yes" / "no")
 
 # %%
 results = {}
