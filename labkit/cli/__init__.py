@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from labkit.cli import advise, calibrate, estimate, hardware, measure
+from labkit.cli.finetune_args import refuse_without_finetune
 from labkit.errors import LabkitError
 
 SUBCOMMANDS = (estimate, hardware, advise, measure, calibrate)
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        refuse_without_finetune(args)
         return args.run(args)
     except LabkitError as err:
         print("labkit: error: " + " ".join(str(err).split()), file=sys.stderr)

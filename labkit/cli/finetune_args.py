@@ -9,6 +9,7 @@ fits with it and without it; ``advise`` (``finetune_advice``) ranks the catalogu
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -25,7 +26,7 @@ GB, GIB = 1e9, 2**30
 def add_finetune_flags(p: argparse.ArgumentParser, measuring: bool = False) -> None:
     """The fine-tuning flags; ``measuring`` leaves out ``--paged`` (the CPU's host is its device)."""
     p.add_argument("--finetune", help="lora or qlora: train low-rank adapters on a frozen (QLoRA: NF4) base")
-    p.add_argument("--lora-rank", default="8", help="LoRA's rank r (default 8)")
+    p.add_argument("--lora-rank", help="LoRA's rank r (default 8)")
     p.add_argument("--lora-alpha", help="LoRA's alpha (default 2 r): scales B A, changes no byte")
     p.add_argument("--lora-targets", help="comma-separated q,k,v,o,gate,up,down (GPT-2: qkv,o,up,down) or "
                    "all-linear; default q,v (GPT-2: qkv)")
@@ -36,16 +37,38 @@ def add_finetune_flags(p: argparse.ArgumentParser, measuring: bool = False) -> N
         p.add_argument("--paged", action="store_true", help="optimizer states on the host (paged optimizer)")
 
 
+ANY = "--finetune lora or --finetune qlora"
+# dest -> (flag, what it needs): each means nothing without --finetune, so given alone it is refused, not ignored
+FINETUNE_ONLY = {"lora_rank": ("--lora-rank", ANY), "lora_alpha": ("--lora-alpha", ANY),
+                 "lora_targets": ("--lora-targets", ANY), "double_quant": ("--double-quant", "--finetune qlora"),
+                 "gradient_checkpointing": ("--gradient-checkpointing", ANY), "paged": ("--paged", ANY)}
+
+
+def refuse_without_finetune(a: argparse.Namespace) -> None:
+    """A fine-tuning flag given without ``--finetune`` would be silently ignored (even ``--lora-targets zz``):
+    refuse it, naming the flag it needs. A subcommand without these flags passes unchecked."""
+    if not hasattr(a, "finetune") or a.finetune is not None:
+        return
+    for dest, (flag, needs) in FINETUNE_ONLY.items():
+        if getattr(a, dest, None) not in (None, False):
+            raise LabkitError(f"{flag} needs {needs}: without it the flag changes nothing")
+
+
 def finetune_from_args(a: argparse.Namespace, shape: ModelShape, precision: str) -> Finetune:
     """The ``Finetune`` the flags describe, checked against ``shape`` and ``precision``."""
     method = require_choice("finetune", a.finetune, METHODS)
-    rank = parse_int("lora_rank", a.lora_rank, positive=False)
+    rank = parse_int("lora_rank", a.lora_rank if a.lora_rank is not None else "8", positive=False)
+    if a.double_quant and method != "qlora":
+        raise LabkitError(f"--double-quant needs --finetune qlora (got --finetune {method}): it quantizes the NF4 "
+                          "base's scales, and LoRA's base is not quantized")
     alpha = None
     if a.lora_alpha is not None:
         try:
             alpha = float(a.lora_alpha)
         except ValueError:
-            raise LabkitError(f"lora_alpha must be a positive number (got {a.lora_alpha!r})") from None
+            alpha = math.nan
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise LabkitError(f"lora_alpha must be a positive finite number (got {a.lora_alpha!r})")
     ckpt = bool(a.gradient_checkpointing or getattr(a, "recompute", None) == "full")
     if getattr(a, "recompute", None) not in (None, "none", "full"):
         raise LabkitError(f"recompute must be none or full with --finetune (got {a.recompute!r})")
