@@ -30,6 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", help="cpu or cuda (default: cuda when present)")
     p.add_argument("--calibration", help="a labkit calibrate file: the step's time predicted on it too")
     p.add_argument("--json", action="store_true", help="print bytes as JSON")
+    p.add_argument("--full", action="store_true", help="the whole model's step under fake tensors (no weight "
+                   "allocated: a 70B step in about a minute), CUDA-only terms added analytically")
+    p.add_argument("--snapshot", help="with --full: write the step as a memory_viz snapshot (a pickle of plain "
+                   "dicts: python -m torch.cuda._memory_viz trace FILE, or pytorch.org/memory_viz)")
     add_finetune_flags(p, measuring=True)
     p.set_defaults(run=run)
 
@@ -41,6 +45,12 @@ def run(a: argparse.Namespace) -> int:
 
     batch, seq = parse_int("batch", a.batch), parse_int("seq", a.seq)
     layers = parse_int("layers", a.layers) if a.layers is not None else None
+    if a.full:
+        from labkit.cli.measure_full import parse_dropout, run_full
+
+        return run_full(a, batch, seq, layers, parse_dropout(a.dropout))
+    if a.snapshot:
+        raise LabkitError("snapshot needs --full: the snapshot is of the fake step's recorded storages")
     if a.finetune is not None:
         report = measure_finetune(a, batch, seq, layers)
         print(json.dumps(report.to_json(), indent=2) if a.json else str(report))
