@@ -26,7 +26,8 @@ from labkit.practice.build.harness import (  # noqa: F401 - the package's API, a
     register_build,
 )
 
-EXERCISES = ("zero1", "zero2", "onef1b", "tp_layers", "act_offload", "sharded_ckpt")  # importing each registers it
+EXERCISES = ("zero1", "zero2", "onef1b", "tp_layers", "sp_block", "act_offload", "selective_recompute",
+             "sharded_ckpt")  # importing each registers it
 for _name in EXERCISES:
     if (Path(__file__).parent / f"{_name}.py").is_file():  # one not yet written is skipped
         importlib.import_module(f"labkit.practice.build.{_name}")
