@@ -59,11 +59,11 @@ def test_table1_pipelined_rows_within_15_percent_with_1f1b() -> None:
         assert step > c.predicted_s and 0.85 <= step / c.paper_s <= 1.15, (c.label, step / c.paper_s)
 
 
-def test_table1_ratios_spread_by_at_most_0_17_and_throughput_rises_with_size() -> None:
+def test_table1_ratios_spread_by_at_most_0_15_and_throughput_rises_with_size() -> None:
     """No constant is fitted on Table 1 since issue 29 (the 4 ms pipeline wait is gone): 0.91-1.02, spread 0.116, with
     every port of a node under megatron-2021 (the one-port rule went with Table 2 to deepspeed-2021)."""
     rows = table("table1")
-    assert calibration.spread(rows) <= 0.17
+    assert calibration.spread(rows) <= 0.15
     tflops = [c.predicted_tflops for c in rows]
     assert tflops[-1] > tflops[0] + 20  # the paper's scaling result: larger GEMMs, higher utilisation
 

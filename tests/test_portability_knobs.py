@@ -1,5 +1,7 @@
 """The knobs behind portable outputs: the lab's thread count from LABKIT_THREADS, and fp64 study runs."""
 
+import math
+
 import pytest
 import torch
 
@@ -30,6 +32,7 @@ def test_an_fp64_study_trains_and_reports_its_loss_in_float64():
     x, y = t.data(0)
     _, loss = t.model(x, y)
     assert loss.dtype == torch.float64  # not narrowed to fp32 on the way to the loss
-    losses, again = train.Trainer(cfg).run(3), train.Trainer(cfg).run(3)
-    assert all(0 < x < 10 for x in losses)  # a real loss, near ln(35) at the start
+    losses, again = train.Trainer(cfg).run(10), train.Trainer(cfg).run(10)
+    assert abs(losses[0] - math.log(35)) < 0.05 and losses[-1] < losses[0] - 0.2  # ln(35) at the start, then falling
+    # (measured: 3.556 at step 1, 3.248 at step 10)
     assert again == losses  # seeded: the same run twice gives the same bits
