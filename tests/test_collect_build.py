@@ -43,7 +43,7 @@ def test_collect_regrades_a_zero1_handin_and_flags_the_keys_module(tmp_path, mon
     assert item["source"] == _learners_module() and item["path"].endswith("alice/build/zero1.py")
     rows = {r["student"]: r for r in collect(tmp_path / "handins", timeout_s=150)}
     assert rows["alice"]["coding_passed"] == 1 and rows["alice"]["flags"] == "", rows["alice"]["flags"]
-    assert "the submitted module is the instructor key's reference solution" in rows["bob"]["flags"]
+    assert "KEY_COPY" in rows["bob"]["flag_codes"] and "the instructor key's solution" in rows["bob"]["flags"]
     assert "could not be re-run" not in rows["bob"]["flags"] and "re-run fails" not in rows["bob"]["flags"]
 
 
