@@ -34,13 +34,16 @@ class Rerun:
 
 @dataclass(frozen=True)
 class Cost:
-    """What one item's re-run took: sandbox starts (seconds each), wall seconds, processes left after it."""
+    """What one item's re-run took: sandbox starts (seconds each), wall seconds, processes left after it, why a
+    sandbox was stopped, and where it ran (its work folder, its pid namespaces)."""
 
     key: str
     starts: tuple[float, ...]
     wall_s: float
     leftovers: tuple[int, ...]
     stopped: tuple[str, ...]
+    work: str = ""
+    namespaces: tuple[str, ...] = ()
 
 
 COSTS: list[Cost] = []  # the last run_submissions call's, item by item (for tests and measurements)
@@ -97,5 +100,5 @@ def run_submissions(items: list[dict], timeout_s: float = 120.0, *, unsafe: bool
             message = f"{message}\n(the sandbox was stopped: {'; '.join(runner.stopped)})"
         out.append(Rerun(key, ok, message))
         COSTS.append(Cost(key, tuple(runner.starts), time.monotonic() - t0, tuple(runner.leftovers),
-                          tuple(runner.stopped)))
+                          tuple(runner.stopped), str(work), tuple(runner.namespaces)))
     return out

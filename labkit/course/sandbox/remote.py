@@ -21,6 +21,8 @@ from labkit.course.sandbox import channel
 from labkit.course.sandbox.bwrap import Limits
 from labkit.course.sandbox.session import Session
 
+DEFINE_GRACE_S = 15.0  # the source's imports (torch, labkit) on a loaded machine: not the item's test time
+
 
 class RemoteError(Exception):
     """What the learner's function raised in the sandbox, under its own type's name."""
@@ -50,32 +52,44 @@ class Runner:
         self.work, self.mode, self.limits, self.deadline = work, mode, limits, deadline
         self.source, self.function, self.filename = source, function, filename
         self.session: Session | None = None
-        self.starts: list[float] = []  # seconds each start took
+        self.starts: list[float] = []  # seconds from each start to the source defined in it
         self.leftovers: list[int] = []
         self.stopped: list[str] = []  # why the watchdog stopped a sandbox, if it did
+        self.namespaces: list[str] = []  # each sandbox's pid namespace (for a test's look for survivors)
+        self.broken: str | None = None  # why no further call can be answered
 
     def live(self, define: bool = True) -> Session:
+        """The running sandbox; a fresh one where the last was ended on purpose (never after a breach, a late
+        or a malformed reply: those end the item's calls, each later call failing with the same reason)."""
         if self.session is not None and self.session.alive():
             return self.session
+        if self.session is not None and self.session.watchdog.reason:
+            self.broken = self.broken or f"the sandbox was stopped: {self.session.watchdog.reason}"
         self.kill()
+        if self.broken:
+            raise channel.ChannelError(self.broken)
         if time.monotonic() >= self.deadline:
             raise channel.ReplyTimeout("the item's time is up")
+        t0 = time.monotonic()
         self.session = Session(self.work, self.mode, self.limits)
-        self.starts.append(self.session.started_s)
+        if self.session.ns:
+            self.namespaces.append(self.session.ns)
         if define:
             reply = self.session.request({"op": "define", "source": self.source, "function": self.function,
-                                          "filename": self.filename}, self.deadline)
+                                          "filename": self.filename}, max(self.deadline, t0 + DEFINE_GRACE_S))
             if "raised" in reply:
                 raise SourceError(f"the submitted source raised {reply['raised']}: {reply.get('message', '')}"[:600])
             if reply.get("defined") is not True:
                 raise SourceError("no function in the submitted source")
+        self.starts.append(time.monotonic() - t0)  # bwrap, Python, and the source's own imports
         return self.session
 
     def request(self, message: dict, define: bool = True) -> dict:
         session = self.live(define)
         try:
             return session.request(message, self.deadline)
-        except channel.ChannelError:
+        except channel.ChannelError as err:
+            self.broken = self.broken or f"an earlier call failed: {err}"
             self.kill()  # late or out of turn: nothing more it says can be matched to a request
             raise
 
@@ -85,8 +99,9 @@ class Runner:
         if "raised" in reply:
             raise remote_error(reply)
         if "value" not in reply:
+            self.broken = "a reply held no value"
             self.kill()
-            raise channel.ChannelError("the reply holds no value")
+            raise channel.ChannelError(self.broken)
         return reply["value"]
 
     def own_paths(self, args: tuple, kwargs: dict) -> None:

@@ -137,7 +137,15 @@ class Session:
 
     def ended(self) -> str:
         code = self.proc.poll()
-        return "still running" if code is None else f"it exited with code {code}"
+        if code is None:
+            return "still running"
+        number = -code if code < 0 else code - 128 if code > 128 else 0  # bwrap passes 128 + signal on
+        why = {signal.SIGXFSZ: f"it wrote a file over the limit of {self.limits.file_bytes / 2**20:,.0f} MiB",
+               signal.SIGXCPU: f"it used more than {self.limits.cpu_s} s of CPU time",
+               signal.SIGKILL: "it was killed"}.get(number)  # fmt: skip
+        if why is None and number:
+            why = f"it was killed by signal {number}"
+        return f"{why} (exit code {code})" if why else f"it exited with code {code}"
 
     def _kill(self) -> None:
         """SIGKILL the namespace's first process (the kernel then kills all of it; bwrap, its parent, reaps it

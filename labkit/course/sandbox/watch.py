@@ -21,6 +21,7 @@ from labkit.course.sandbox.bwrap import Limits
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 POLL_S = 0.05
+SLACK = 8  # processes beyond RLIMIT_NPROC's count: bwrap's own, and a margin so the rlimit, where it holds, acts first
 
 
 def members(ns: str) -> list[int]:
@@ -75,7 +76,8 @@ def folder_usage(folder: Path, max_files: int) -> tuple[int, int]:
         for name in files + dirs:
             count += 1
             try:
-                used += os.lstat(os.path.join(root, name)).st_blocks * 512
+                st = os.lstat(os.path.join(root, name))
+                used += max(st.st_size, st.st_blocks * 512)  # written but not yet allocated counts too
             except OSError:
                 pass
             if count > max_files:
@@ -109,12 +111,12 @@ class Watchdog(threading.Thread):
             rss = resident_bytes(pids)
             self.peak_bytes, self.peak_processes = max(self.peak_bytes, rss), max(self.peak_processes, len(pids))
             lim = self.limits
-            if len(pids) > lim.processes:
+            if len(pids) > lim.processes + SLACK:
                 self._breach(f"it ran {len(pids)} processes at once (the limit is {lim.processes})")
             elif rss > lim.memory_bytes:
-                self._breach(f"its processes held {rss / 2**30:.1f} GiB of memory together (the limit is "
-                             f"{lim.memory_bytes / 2**30:.0f} GiB)")
-            elif tick % 10 == 0:
+                self._breach(f"its processes held {rss / 2**30:.2f} GiB of memory together (the limit is "
+                             f"{lim.memory_bytes / 2**30:.2f} GiB)")
+            elif tick % 2 == 0:
                 used, files = folder_usage(self.work, lim.files)
                 if used > lim.disk_bytes or files > lim.files:
                     self._breach(f"it wrote {used / 2**20:,.0f} MiB in {files:,} files (the limits are "

@@ -1,0 +1,3 @@
+def states_per_gpu(psi, tp, pp, dp, zero_stage):
+    while True:
+        pass
