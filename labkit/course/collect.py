@@ -72,7 +72,8 @@ def integrity_flags(data: dict, summary: dict | None = None) -> list[regrade.Fla
     lines' summary when the caller has computed it already)."""
     lines = data.get("entries") if isinstance(data.get("entries"), list) else []
     entries = journal.parse([json.dumps(x) for x in lines])
-    flags = []
+    flags = [regrade.Flag("", f"{name} must be a list (got {type(data.get(name)).__name__})", "MALFORMED")
+             for name in ("entries", "notebooks") if not isinstance(data.get(name), list)]
     if len(entries) != len(lines):
         flags.append(regrade.Flag("", f"{len(lines) - len(entries)} journal lines are not journal entries",
                                   "NOT_ENTRIES"))

@@ -225,17 +225,23 @@ def copy_flags(sources: dict[str, str]) -> list[Flag]:
 
 
 def rerun(items: list[dict], timeout_s: float = 120.0, unsafe: bool = False) -> dict[str, Rerun]:
-    """Each item's re-run verdict, by key: a reply for a key not asked, a second reply or one whose verdict is
-    not a bool is ignored; an item with no usable reply is an error (``ok=None``), never a crash."""
+    """Each item's re-run verdict, by key: a reply for a key not asked is ignored; an item with no reply, two
+    replies or a verdict that is not a bool is an error (``ok=None``: not passed), never a crash."""
     if not items:
         return {}
     kwargs = {"unsafe": True} if unsafe else {}
     replies = run_submissions(items, timeout_s, **kwargs)
-    wanted, out = {i["key"] for i in items}, {}
+    wanted, out, seen = {i["key"] for i in items}, {}, {}
     for r in replies if isinstance(replies, list) else []:
         key = getattr(r, "key", None)
-        if key in wanted and key not in out and (r.ok is None or isinstance(r.ok, bool)):
-            out[key] = Rerun(key, r.ok, str(getattr(r, "message", "") or ""))
+        if key not in wanted:
+            continue
+        seen[key] = seen.get(key, 0) + 1
+        ok = getattr(r, "ok", None)
+        out[key] = Rerun(key, ok if isinstance(ok, bool) else None, str(getattr(r, "message", "") or ""))
+    for key, n in seen.items():
+        if n > 1:
+            out[key] = Rerun(key, None, f"the sandbox gave {n} verdicts for it: none counts")
     return {i["key"]: out.get(i["key"], Rerun(i["key"], None, "the sandbox gave no verdict for it")) for i in items}
 
 
