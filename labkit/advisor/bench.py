@@ -26,6 +26,8 @@ def main(quick: bool = False) -> None:
               f"target within {IN_SAMPLE_TOLERANCE:.0%}); leave-one-set-out {s.held_out[0]:.2f}-{s.held_out[1]:.2f} "
               f"(spread {s.held_out_spread:.2f}; target within {HELD_OUT_TOLERANCE:.0%})")
     print(f"\nEvery set in-sample and held out (leave one set out):\n{holdout.table()}")
+    print(f"\nThe worst ratio per label, the figure to quote (fitted: constants chosen on the set; watched: consulted "
+          f"while the model changed; held out: never consulted):\n{holdout.label_report()}")
     if quick:
         print("\n(the host re-measures are skipped with --quick)")
     else:

@@ -30,9 +30,11 @@ prints the profile it was priced with.
   prefetched during the previous layer's compute and gradients are reduce-scattered during the
   backward (Zhao et al., "PyTorch FSDP", VLDB 2023, section 3.3.2, backward and forward
   prefetching), so only what exceeds a micro-batch's compute is exposed, and no less than
-  ``FSDP_EXPOSED_SHARE`` of it; every port of a node; GEMMs at ``FSDP_GEMM_EFFICIENCY`` of the
-  peak, unfused element-wise ops and the fp32 cross-entropy. The three constants are fitted once
-  on the 11 llm-foundry H100 rows of ``datasets/llm_foundry_h100.toml``.
+  ``FSDP_EXPOSED_SHARE`` (three quarters) of it; every port of a node; GEMMs at ``FSDP_GEMM_EFFICIENCY`` of the
+  peak, ``FSDP_BSH_PASSES`` unfused element-wise passes and the fp32 cross-entropy. The three constants
+  are fitted together on the 11 llm-foundry H100 rows of ``datasets/llm_foundry_h100.toml`` by the rule
+  ``advisor.holdout.refit`` states (a joint grid's minimax of |log ratio|); they are fitted stand-ins, and
+  that table alone does not pin them apart (``holdout.FITTED``'s note).
 * ``eager``: eager PyTorch + transformers (a plain training loop, autocast bf16, fused AdamW,
   sdpa): per-operation dispatch and launch, element-wise ops unfused and norms in fp32 under
   autocast (each kernel's bytes counted from transformers' code, ``predict.eager_elementwise``),
@@ -110,10 +112,15 @@ DEEPSPEED_REUSE_DISTANCE = 1e9
 # deepspeed-2021: share of prefetched ZeRO-3 traffic left exposed; fitted on sc21-table2-175b and -530b together, and
 # chosen again on either alone (holdout.FITTED)
 DEEPSPEED_EXPOSED_SHARE = 0.5
-# fsdp: fitted once on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s)
+# fsdp: the three fitted together on datasets/llm_foundry_h100.toml (11 MPT rows on 8 to 64 H100s) by the joint grid
+# of holdout.FITTED: 0.60, 0.75, 30, worst |log ratio| 0.098 (in-sample 0.91-1.09). Stored until Dec 2026 as 0.60,
+# 0.50, 20 (worst 0.139), which the stated rule does not give: a one-constant-at-a-time pass from the priors stops at
+# 0.50, 0, 0
 FSDP_GEMM_EFFICIENCY = 0.60  # nn.Linear under autocast in a sharded model: below the 0.80 of tuned GEMMs
-FSDP_EXPOSED_SHARE = 0.5  # half of the prefetched traffic stays exposed: NCCL's kernels share the SMs and HBM
-FSDP_BSH_PASSES = 20  # unfused element-wise ops (plain torch LayerNorm, GeLU, residual adds)
+FSDP_EXPOSED_SHARE = 0.75  # at least three quarters of the sharded traffic stays exposed, however long the compute
+# (NCCL's kernels share the SMs and HBM): the fit's value, at its grid's top
+FSDP_BSH_PASSES = 30  # unfused element-wise passes (plain torch LayerNorm, GeLU, residual adds): the fit's value, at
+# its grid's top
 
 
 OPTIMIZER_IMPLEMENTATIONS = ("fused", "foreach", "lab")
