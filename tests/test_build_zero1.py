@@ -16,6 +16,7 @@ import pytest
 from build_mutate import mutant
 
 from labkit.practice import build
+from labkit.practice.build import diagnosis as dg
 from labkit.practice.build import records, zero1
 from labkit.practice.build.zero_diagnose import BUGS
 
@@ -40,7 +41,10 @@ MUTATIONS = {
     "accumulated": [(GRAD, "self.shard.grad = mine / self.world_size if self.shard.grad is None else "
                            "self.shard.grad + mine / self.world_size")],
     "hardcoded": [("dist.get_rank(), dist.get_world_size()", "dist.get_rank(), 2")],
+    "mismatch": [("        dist.reduce_scatter_single(", "        dist.all_reduce(torch.zeros(3 + 2 * self.rank))\n"
+                                                         "        dist.reduce_scatter_single(")],
 }
+NAMES = {**{k: n for k, (n, _) in BUGS.items()}, "mismatch": dg.MISMATCH}
 
 
 def failed_text(path: Path, **override: object) -> tuple[str, list]:
@@ -76,7 +80,9 @@ def test_blank_stub_is_not_written_yet_without_processes(tmp_path, monkeypatch):
 def test_each_bug_fails_with_its_own_name(bug, tmp_path):
     worlds = [2, 4] if bug == "hardcoded" else [2]
     text, cases = failed_text(mutant(tmp_path, "zero1.py", *MUTATIONS[bug]), worlds=worlds)
-    assert BUGS[bug][0] in text, text
-    assert not [n for k, (n, _) in BUGS.items() if k != bug and n in text], text
+    assert NAMES[bug] in text, text
+    assert not [n for k, n in NAMES.items() if k != bug and n in text], text
+    if bug == "mismatch":  # gloo's own explanation, captured from the rank's stderr, is quoted
+        assert 'torch says: "' in text and "Is there a distributed collective mismatch" in text, text
     if bug == "hardcoded":
         assert all(c.ok for c in cases if c.name.startswith("2 ranks")), text  # it passes where it was written

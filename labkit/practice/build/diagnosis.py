@@ -21,7 +21,8 @@ from labkit.practice.coding import Case
 RECV_RECV = "recv/recv deadlock"
 SEND_SEND = "send/send deadlock"
 SOME_RANKS = "a collective only some ranks call"
-_TORCH_LINES = (r"Is there a distributed collective mismatch[^\n]*", r"what\(\):[^\n]*", r"RuntimeError:[^\n]*",
+MISMATCH = "collective mismatch"
+_TORCH_LINES = (r"[^\n]*Is there a distributed collective mismatch[^\n]*", r"what\(\):[^\n]*", r"RuntimeError:[^\n]*",
                 r"terminate called[^\n]*")
 
 
@@ -67,7 +68,8 @@ def torch_says(run: dict) -> str:
             continue
         for pattern in _TORCH_LINES:
             if m := re.search(pattern, text):
-                return m[0].strip()[:300]
+                line = re.sub(r"^\s*what\(\):\s*", "", m[0])
+                return re.sub(r"\[enforce fail at [^\]]*\]\s*", "", line).strip()[:300]
     return ""
 
 
@@ -92,19 +94,22 @@ def collectives(run: dict) -> list[list[str]]:
 def _uneven(run: dict) -> str:
     """Which rank called a collective that another rank did not ("" when every rank called the same ones)."""
     seqs = collectives(run)
-    if len(seqs) < 2 or all(s == seqs[0] for s in seqs):
+    other = next((r for r in range(1, len(seqs)) if seqs[r] != seqs[0]), None)
+    if other is None:
         return ""
-    longest = max(range(len(seqs)), key=lambda r: len(seqs[r]))
-    short = min(range(len(seqs)), key=lambda r: len(seqs[r]))
-    extra = seqs[longest][len(seqs[short]):] or seqs[longest]
-    return f"rank {longest} called {extra[0]} {len(seqs[longest])} time(s) in all, rank {short} {len(seqs[short])}"
+    a, b = seqs[0], seqs[other]
+    j = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    if j < min(len(a), len(b)):
+        return f"rank 0's collective number {j + 1} is {a[j]} where rank {other}'s is {b[j]}"
+    more, less, extra = (0, other, a[j]) if len(a) > len(b) else (other, 0, b[j])
+    return f"rank {more} called {extra} (its collective number {j + 1}), which rank {less} never called"
 
 
 def failure_case(run: dict, name: str, hints: dict[str, tuple[str, ...]] | None = None) -> Case | None:
     """The failed case for a run that did not finish (None if it did): its diagnosis named from the evidence.
 
     ``hints`` maps a diagnosis (:data:`RECV_RECV`, :data:`SEND_SEND`, :data:`SOME_RANKS`, "raised", "timeout")
-    to its hint steps.
+    to its hint steps (a gloo abort for a :data:`MISMATCH` takes :data:`SOME_RANKS`'s).
     """
     failure = run.get("failure") if isinstance(run, dict) else None
     if failure is None:
@@ -121,6 +126,9 @@ def failure_case(run: dict, name: str, hints: dict[str, tuple[str, ...]] | None 
     if uneven and (kind in ("timeout", "died") or quote or any(c in COLLECTIVES for c, _ in stuck.values())):
         return Case(name, False, f"{SOME_RANKS}: {uneven}; a collective returns only when every rank of the group "
                     f"has called it{said}", hints.get(SOME_RANKS, ()))
+    if "collective mismatch" in quote:
+        return Case(name, False, f"{MISMATCH}: gloo aborted a rank ({message}) because the ranks' collectives "
+                    f"differ in size or kind at the same point{said}", hints.get(SOME_RANKS, ()))
     if kind == "timeout" and stuck and len(stuck) == len(run.get("ops", [])):
         calls = {c for c, _ in stuck.values()}
         place = ", ".join(f"rank {r} in {c} from rank {p}" if c in ("recv", "irecv") else f"rank {r} in {c} to "
