@@ -127,7 +127,7 @@ def collect_many(paths: list[Path], params: dict[str, Any]) -> list[dict[str, An
     """
     out: list[dict[str, Any]] = [{"runs": []} for _ in paths]
     for world in params["worlds"]:
-        got = records.ranks(tp_rank, int(world), paths[0], timeout=TIMEOUT_S, params=params,
+        got = records.ranks(tp_rank, int(world), paths[0], timeout=TIMEOUT_S * len(paths), params=params,
                             paths=[str(p) for p in paths])
         ok = isinstance(got.get("ranks"), list) and all(isinstance(r, list) and len(r) == len(paths)
                                                          for r in got["ranks"])  # fmt: skip
