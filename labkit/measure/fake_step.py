@@ -162,7 +162,10 @@ class _LayerRecorder(SavedTensorRecorder):
         return packed
 
     def where(self) -> str:
-        return self.module or self.backward_at
+        if self.module:
+            return self.module
+        node = torch._C._current_autograd_node()
+        return f"{self.backward_at} {node.name()}".strip() if node is not None else self.backward_at
 
 
 @dataclass

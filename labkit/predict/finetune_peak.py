@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from labkit.predict.finetune import Finetune, adapter_tensors, finetune_bytes, layer_terms, matrix_shapes
-from labkit.predict.step_peak import PeakTerm, StepPeak, adamw_temporaries, cublas_workspace_bytes
+from labkit.predict.step_peak import (
+    PeakTerm,
+    StepPeak,
+    adamw_temporaries,
+    cublas_workspace_bytes,
+    mlp_backward_transients,
+    rmsnorm_backward_transients,
+)
 from labkit.shapes import ModelShape
 
 CHUNK = 2**18  # code bytes a chunk of NF4 dequantization covers (labkit.measure.nf4.CHUNK)
@@ -51,7 +58,7 @@ def _states(st: FinetuneStep) -> list[PeakTerm]:
 
 
 def _dequant(st: FinetuneStep, names: tuple[str, ...] | None = None) -> PeakTerm:
-    if st.ft.method != "qlora":
+    if st.ft.method != "qlora" or names == ():
         return PeakTerm("dequantized weight", 0, "LoRA's base is already 16-bit")
     mats = matrix_shapes(st.shape)
     n = max(i * o for k, (i, o) in mats.items() if names is None or k in names)
@@ -71,26 +78,33 @@ def finetune_peak(st: FinetuneStep, reserve_share: float = 0.0) -> StepPeak:
         logits.append(PeakTerm("fp32 logits", 4 * bsv, "logits.float() before log_softmax"))
     logits.append(PeakTerm("padded labels", 8 * b * (s + 1), "int64 labels padded by one for the shift"))
     forward = (*states, acts, *logits)
-    mlp = ("down",) if shape.gated else ("up", "down")
+    mlp_in = ("gate", "up") if shape.gated else ("up",)
     in_forward = (*states, PeakTerm("activations", fb.activations - fb.outside, "the layers' saved tensors"),
                   PeakTerm("layer output", e * bs * shape.hidden, "the residual stream"), _dequant(st))
     at_loss = (*states, acts, PeakTerm("log-probabilities' gradient", 4 * bsv, "nll_loss_backward"),
                PeakTerm("logits' fp32 gradient", 4 * bsv, "_log_softmax_backward_data"))
     head = sum(t.bytes for t in _outside_head(shape, ft, s, b, e))
+    loss = sum(t.bytes for t in _outside_head(shape, ft, s, b, e) if t.role == "loss")
     per_grad = e * sum(adapter_tensors(replace(shape, layers=1), ft))
 
-    def in_layers(at: int) -> tuple[PeakTerm, ...]:
+    def in_layers(at: int) -> list[tuple[PeakTerm, ...]]:
         below = sum(fb.per_layer[:at + 1]) + fb.outside - head
         if ft.checkpointing:
             below += sum(t.bytes for t in layer_terms(shape, ft, s, b, e, grad_in=at > 0))
-        f = shape.ffn_size
-        return (*states, PeakTerm("activations", below, f"layers 0-{at} (and the recomputed layer)"),
+        base = (*states, PeakTerm("activations", below, f"layers 0-{at} (and the recomputed layer)"),
                 PeakTerm("gradients", per_grad * (shape.layers - 1 - at), "the adapters of the layers done"),
-                PeakTerm("flowing gradient", e * bs * shape.hidden, "the gradient of the layer's output"),
-                PeakTerm("MLP backward transients", (2 if shape.gated else 4) * e * bs * f,
-                         "gradients through the activation"), _dequant(st, mlp))
+                PeakTerm("flowing gradient", e * bs * shape.hidden, "the gradient of the layer's output"))
+        return [(*base, mlp_backward_transients(e * bs * shape.ffn_size)),
+                (*base, _dequant(st, ("down",)) if st.ft.method == "qlora" else _dequant(st, ())),
+                (*base, PeakTerm("MLP input's gradient", e * bs * shape.ffn_size, "the down projection's input "
+                                 "gradient, while the up (and gate) projection's weight is decoded"),
+                 _dequant(st, mlp_in))]
 
-    backward = max((at_loss, in_layers(shape.layers - 1), in_layers(0)), key=lambda ts: sum(t.bytes for t in ts))
+    moments = [at_loss, *in_layers(shape.layers - 1), *in_layers(0)]
+    if shape.norm == "rmsnorm":
+        moments.append((*states, PeakTerm("activations", fb.activations - loss, "all but the loss's"),
+                        rmsnorm_backward_transients(bs * shape.hidden, e)))
+    backward = max(moments, key=lambda ts: sum(t.bytes for t in ts))
     n = sum(adapter_tensors(shape, ft))
     opt = [*states, PeakTerm("gradients", fb.gradients, "the adapters' gradients")]
     if st.precision == "bf16-mixed":

@@ -160,6 +160,22 @@ def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int
     return float(state_bytes * max(2 * n + p for n, p in zip(tensors, prev, strict=True)))
 
 
+def mlp_backward_transients(bsf_bytes: float, weight_grad: float = 0.0) -> PeakTerm:
+    """The MLP's backward at its activation (both step models use it): the down projection's input gradient
+    and the two gradients the activation's backward makes before it frees one (SwiGLU: both inputs of its
+    product; gelu_new: its tanh chain), three b*s*f tensors, measured op by op on fake and real steps, beside
+    ``weight_grad``, the down projection's weight gradient when the weights train."""
+    return PeakTerm("MLP backward transients", weight_grad + 3 * bsf_bytes,
+                    "the down projection's input gradient and the activation's two backward intermediates")
+
+
+def rmsnorm_backward_transients(bsh: int, act_bytes: int) -> PeakTerm:
+    """transformers' Python RMSNorm backward in 16-bit runs: the fp32 upcast gradient, and the gradients
+    through ``x.pow(2).mean()`` (its mean's and three of the pow's), five fp32 b*s*h tensors at its worst."""
+    return PeakTerm("RMSNorm backward transients", (5 if act_bytes != 4 else 4) * 4 * bsh,
+                    "fp32 gradients through the norm's upcast, mean and pow")
+
+
 def _states(s: StepShape) -> list[PeakTerm]:
     n, w = s.params, s.weight_bytes
     out = [PeakTerm("parameters", w * n, f"{w} bytes per parameter"),
