@@ -42,6 +42,8 @@ def draw_timeline(ax: Axes, tl: Timeline, title: str = "", unit: tuple[float, st
     step = max(1, len(tl.layers) // layer_ticks)
     for label, i in tl.layers[::step]:
         ax.axvline(i, color="#999999", linewidth=0.4, zorder=0)
+        ax.text(i, 0.01, label.removeprefix("layer "), transform=ax.get_xaxis_transform(), fontsize=6,
+                color="#555555")
     ax.axhline(tl.peak / scale, color="black", linewidth=0.6, linestyle="--")
     ax.set_xlim(0, max(tl.events - 1, 1))
     ax.set_xlabel("event (a storage created or freed)")
