@@ -227,13 +227,15 @@ tensor_panel.set_task(design.task("03"))
 # `RowParallelLinear` and `ParallelMLP`. `build.open_stub` copies a stub to `build/tp_layers.py` beside this
 # notebook (once; it never overwrites your work).
 #
-# `build.check_build` runs your module on **two real ranks** (gloo) beside the dense `nn.Linear` block and
-# checks f and g one by one (also on a sliced, non-contiguous tensor), the two weight splits, then the
-# MLP's output, input gradient and weight gradients: equal to the dense block within 1e-5 in float32, not
-# bit for bit, because the row-parallel layer adds its partial sums in another order than one matmul does.
-# Typical bugs (f's backward without its all-reduce, g reducing in both directions, a missing
-# `.contiguous()`, the wrong weight dimension split) are named in the feedback; each failed try shows one
-# more hint. Below it runs on the blank stub: "not written yet".
+# `build.check_build` runs your module on **2, 4 and 3 real ranks** (gloo), with shapes drawn per run, beside
+# the dense `nn.Linear` block, which this process computes itself, and checks f and g one by one (also on a
+# sliced, non-contiguous tensor), the two weight splits (rank r's contiguous block), then the MLP's output,
+# input gradient, weight gradients and its collectives (one all-reduce of tokens x h each way): equal to the
+# dense block within 1e-5 in float32, not bit for bit, because the row-parallel layer adds its partial sums in
+# another order than one matmul does. Typical bugs (a missing or an extra all-reduce, the bias added before the
+# all-reduce, a missing `.contiguous()`, the wrong dimension split, a world size hard-coded to 2, a collective
+# only some ranks call) are named in the feedback; each failed try shows one more hint. Below it runs on the
+# blank stub: "not written yet".
 
 # %%
 from labkit.practice import build
@@ -249,6 +251,29 @@ build.check_build("03.build.tp_layers", tp_path)
 # ColwiseParallel/RowwiseParallel (predicted: 2 all-reduces of tokens x h floats; times are shown, never checked).
 # from labkit.practice.build import tp_layers as build_tp
 # build_tp.benchmark(tp_path)
+
+# %% [markdown]
+# ## Build it yourself: sequence parallelism and the attention block
+#
+# Megatron's tensor parallelism leaves the LayerNorms, residual adds and dropout replicated: every rank holds
+# all s tokens there. Korthikanti et al. (2022, section 4.2.2) cut them along the sequence instead: each rank
+# keeps s/t tokens, g all-gathers the sequence before a column-parallel linear (its backward reduce-scatters)
+# and g-bar reduce-scatters after a row-parallel one (its backward all-gathers): the same bytes as the two
+# all-reduces, since an all-reduce is a reduce-scatter plus an all-gather. Write g, g-bar and
+# `SequenceParallelBlock` for labkit's transformer layer: whole heads per rank for attention, a contiguous
+# block of the MLP, the LayerNorm and row-bias gradients summed over the ranks after backward.
+#
+# `build.check_build` runs it on **2 and 4 real ranks** with shapes drawn per run, beside the dense layer:
+# g and g-bar alone, then the layer's output, input gradient, parameters and gradients (within 1e-4), and its
+# collectives (2 all-gathers and 2 reduce-scatters of b x s x h each way, no all-reduce). Below it runs on the
+# blank stub.
+
+# %%
+sp_path = build.open_stub("03.build.sp_block")
+print(sp_path)
+
+# %%
+build.check_build("03.build.sp_block", sp_path)
 
 # %% [markdown]
 # ## 8 · Check yourself

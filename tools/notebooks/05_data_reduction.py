@@ -564,6 +564,28 @@ for c in check_claims():
           f"{'holds' if c.holds else 'does not hold'}\n  conventions: {c.conventions}")
 
 # %% [markdown]
+# ## Build it yourself: selective recompute
+#
+# Write Korthikanti et al.'s selective recompute yourself: `selective_forward(block, x)`, labkit's transformer
+# layer with only the attention core (`block.attn.core`: Q K^T, softmax, dropout, times V) under
+# `torch.utils.checkpoint`, every linear layer's input kept. `build.open_stub` copies a stub, with the layer's
+# plain forward in it, to `build/selective_recompute.py` beside this notebook (once).
+#
+# `build.check_build` runs it in a child process on a layer drawn per run, dropout on, beside the plain layer
+# this process runs itself: output and gradients bit-identical, and the bytes autograd keeps equal to the
+# selective prediction above (the 5as²b term gone, nothing else). Recomputing nothing, the whole block, more
+# than the core, or with a different dropout mask is named in the feedback. Below it runs on the blank stub.
+
+# %%
+from labkit.practice import build
+
+recompute_path = build.open_stub("05.build.selective_recompute")
+print(recompute_path)
+
+# %%
+build.check_build("05.build.selective_recompute", recompute_path)
+
+# %% [markdown]
 # ## 8 · Check yourself
 
 # %%

@@ -343,11 +343,12 @@ resilience_panel.set_task(design_tasks.task("06"))
 # `load_sharded(folder, rank)`, which returns the newest complete checkpoint's step and that rank's state.
 # `build.open_stub` copies a stub to `build/sharded_ckpt.py` beside this notebook (once).
 #
-# `build.check_build` runs your module on **two real ranks** (gloo): a round trip (bit for bit), the calls
-# your save makes (fsync before every rename, the manifest committed after the shards and after a
-# collective), real `SIGKILL`s half-way through a rank's shard (both ranks must then load one whole
-# checkpoint, old or new), and a shard replaced by a pickle that would run code (it must be refused:
-# `weights_only=True`). Each bug is named in the feedback. Below it runs on the blank stub.
+# `build.check_build` runs your module on **2 and 4 real ranks** (gloo), only ever in child processes: a round
+# trip (bit for bit, one shard file per rank), the calls your save makes (fsync before every rename, the
+# manifest committed after the shards and after a collective), real `SIGKILL`s half-way through a rank's shard
+# (both ranks must then load one whole checkpoint, old or new), and a shard replaced by a pickle that would run
+# code (it must be refused: `weights_only=True`). Each bug is named in the feedback. Below it runs on the blank
+# stub.
 
 # %%
 from labkit.practice import build
