@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from labkit import hardware as hw
 from labkit.errors import LabkitError
 
-GPUS = ["V100-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H100-HBM2e-96GB", "H200", "RTX-4090"]
+GPUS = ["V100-32GB", "A100-40GB", "A100-80GB", "H100-SXM", "H100-HBM2e-96GB", "H200", "RTX-4090", "B200", "GB200",
+        "MI300X", "L40S"]
 TIERS = ["DDR4-3200", "DDR5-4800", "NVMe-PCIe4", "NVMe-PCIe5", "HDD-7200rpm"]
 LINKS = ["pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink2", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "roce-400",
-         "ethernet-100", "omnipath-100"]
+         "ethernet-100", "omnipath-100", "nvlink5", "infinity-fabric-mi300x"]
 
 MINIMAL = """
 [[link]]
