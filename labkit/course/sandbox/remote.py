@@ -57,6 +57,7 @@ class Runner:
         self.stopped: list[str] = []  # why the watchdog stopped a sandbox, if it did
         self.namespaces: list[str] = []  # each sandbox's pid namespace (for a test's look for survivors)
         self.broken: str | None = None  # why no further call can be answered
+        self.peak_bytes, self.peak_processes = 0, 0  # the most any of its sandboxes held at once, as watched
 
     def live(self, define: bool = True) -> Session:
         """The running sandbox; a fresh one where the last was ended on purpose (never after a breach, a late
@@ -120,6 +121,9 @@ class Runner:
 
     def kill(self) -> None:
         if self.session is not None:
+            dog = self.session.watchdog
+            self.peak_bytes, self.peak_processes = max(self.peak_bytes, dog.peak_bytes), max(self.peak_processes,
+                                                                                              dog.peak_processes)
             if self.session.watchdog.reason:
                 self.stopped.append(self.session.watchdog.reason)
             self.leftovers += self.session.close()
