@@ -24,6 +24,14 @@ Checked against (each read from the engine's repository, not installed: none ins
   ``deepspeed/runtime/precision_config.py`` (enabled), ``deepspeed/runtime/activation_checkpointing/config.py``
   (activation_checkpointing: partition_activations, contiguous_memory_optimization, cpu_checkpointing).
 
+Checked once more outside the suite (Dec 2026; the engines' sources from their repositories, not installed): 22
+exported ds_configs (llm-foundry's 11 rows, Table 2's 6, five plans) built by DeepSpeed's own ``DeepSpeedConfig``
+(edaa722, with its unused cpuinfo/hjson/einops/msgpack imports stubbed): batch sizes, accumulation, stage, offload
+devices and overlap_comm read back as written; 7 exported job TOMLs (torchtitan's 3 H100 rows and four plans) built
+into torchtitan's ``JobConfig`` dataclasses (238fa99), which refuse an unknown key; 15 exported argument lists
+(Table 1's 10 rows, OPT-175B, four plans) read against every ``add_argument`` of Megatron's arguments.py (1e42279,
+parsed with ast): each flag defined, switches given no value, 254 values within their type and choices.
+
 Cost: a dozen exports of a few plans and one torch import (about 3 s).
 """
 
