@@ -128,26 +128,32 @@ def _reference_functions() -> dict[str, str]:
             if isinstance(n, ast.FunctionDef)}  # fmt: skip
 
 
-def _parts(text: str) -> list[str]:
-    """A module's source and every function and class in it."""
-    tree = ast.parse(text)
-    return [text] + [ast.get_source_segment(text, n) or "" for n in ast.walk(tree)
-                     if isinstance(n, ast.FunctionDef | ast.ClassDef)]  # fmt: skip
+def _parts(text: str) -> list[similarity.Normal]:
+    """The normal forms of a module, its functions and classes, and their methods (of 40 nodes or more:
+    smaller ones are idioms, ``rank, world = dist.get_rank(), dist.get_world_size()``)."""
+    def defs(tree: ast.Module) -> list[ast.AST]:
+        return [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+
+    def methods(tree: ast.Module) -> list[ast.AST]:
+        return [m for n in defs(tree) if isinstance(n, ast.ClassDef) for m in n.body if isinstance(m, ast.FunctionDef)]
+
+    parts = [similarity.normal_tree(ast.parse(text))]  # each normal form changes its tree: a fresh parse each,
+    parts += [similarity.normal_tree(n) for n in defs(ast.parse(text))]  # whose parts do not overlap
+    parts += [similarity.normal_tree(n) for n in methods(ast.parse(text))]
+    return [n for n in parts if n.nodes >= 40]
 
 
 def test_no_file_of_the_release_holds_a_reference_solution(release):
-    """The key's functions and the build-it reference modules (and every function and class in them, of 40
-    nodes or more: smaller ones are idioms, ``rank, world = ...``) are in no file of the release, renamed or
-    reformatted: nothing in it has the normal form of one. Nor are the hidden cases."""
-    refs = list(_reference_functions().values())
-    for p in (INSTRUCTOR / "build").glob("*.py"):
-        refs += _parts(p.read_text())
-    wanted = {n.dump for s in refs if (n := similarity.normal(s)) is not None and n.nodes >= 40}
+    """The key's functions and the build-it reference modules (and their functions, classes and methods) are
+    in no file of the release, renamed or reformatted: nothing in it has the normal form of one. Nor are the
+    hidden cases."""
+    wanted = {n.dump for s in _reference_functions().values() for n in _parts(s)}
+    wanted |= {n.dump for p in (INSTRUCTOR / "build").glob("*.py") for n in _parts(p.read_text())}
     texts = _texts(release)
     found = [name for name, text in texts.items() if name.endswith(".py")
-             for part in _parts(text) if (n := similarity.normal(part)) is not None and n.dump in wanted]
+             for n in _parts(text) if n.dump in wanted]
     hidden = json.dumps(json.loads((INSTRUCTOR / "build" / "hidden.json").read_text()))
     found += [name for name, text in texts.items() if hidden[:120] in text]
     assert not found, found
-    mine = similarity.normal(_reference_functions()["states_per_gpu"].replace("weights", "w"))
-    assert mine is not None and mine.dump in wanted  # the comparison is not vacuous: a renamed copy is found
+    mine = _parts(_reference_functions()["states_per_gpu"].replace("weights", "w"))
+    assert mine and mine[0].dump in wanted  # the comparison is not vacuous: a renamed copy is found

@@ -9,8 +9,9 @@ once and never overwritten, so a student's work survives ``make lab`` being run 
     python -m labkit.course release DIR | collect DIR | key | update
 
 The top of the teaching layer: ``copies`` (versioned student copies), ``release`` (a student
-distribution), ``collect`` with ``regrade`` and ``sandbox`` (a class's hand-ins re-graded),
-``key`` (the answer key), ``guide`` (notebook 00's tables), ``__main__`` (the command line).
+distribution, without the instructor's modules), ``collect`` with ``regrade``, ``gradebook``,
+``similarity`` and ``sandbox`` (a class's hand-ins re-graded into class.csv, items.csv, flags.csv and
+similarity.csv), ``key`` (the answer key), ``guide`` (notebook 00's tables), ``__main__`` (the command line).
 The answers a student gives are kept by :mod:`labkit.teach.journal`, below every check that
 records them, and handed in through :mod:`labkit.teach.handin`.
 """

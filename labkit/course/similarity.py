@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import combinations
 
 MIN_NODES = 150  # nodes of the normalised tree below which a match with the key accuses no one (see below)
@@ -31,11 +32,15 @@ PAIR_REPORT = 0.8  # pairs at or above this overlap are listed in class.json (si
 
 @dataclass(frozen=True)
 class Normal:
-    """A solution's normal form: the canonical dump, its node count, and its token sequence."""
+    """A solution's normal form: the canonical dump, its node count, and (on demand) its token sequence."""
 
     dump: str
     nodes: int
-    tokens: tuple[str, ...]
+    tree: ast.AST = field(repr=False, compare=False)
+
+    @cached_property
+    def tokens(self) -> tuple[str, ...]:
+        return tuple(_tokens(self.tree))
 
     @property
     def long_enough(self) -> bool:
@@ -120,13 +125,17 @@ def normal(source: str) -> Normal | None:
     """The normal form of ``source`` (a module or a function), or None when it does not parse."""
     try:
         tree = ast.parse(source or "")
-    except (SyntaxError, ValueError):
+    except (SyntaxError, RecursionError, ValueError):
         return None
+    return normal_tree(tree)
+
+
+def normal_tree(tree: ast.AST) -> Normal:
+    """The normal form of a parsed module, function or class (changed in place: pass a copy to keep it)."""
     tree = _Canon(*_bound(tree)).visit(tree)
     ast.fix_missing_locations(tree)
     nodes = sum(1 for _ in ast.walk(tree))
-    tokens = tuple(_tokens(tree))
-    return Normal(ast.dump(tree, annotate_fields=False, include_attributes=False), nodes, tokens)
+    return Normal(ast.dump(tree, annotate_fields=False, include_attributes=False), nodes, tree)
 
 
 def _tokens(tree: ast.AST) -> list[str]:
