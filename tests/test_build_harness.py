@@ -1,8 +1,13 @@
-"""The build-it harness without processes: stubs copied once, modules loaded by path, bad input named."""
+"""The build-it harness without processes: stubs copied once, modules loaded by path, bad input named; the split
+check (draw, collect, judge) on an exercise whose collect is plain Python; records read strictly; hints stepping
+up one per failed try; op logs and stderr naming where ranks blocked. Cost: well under a second, no process."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 from labkit.errors import LabkitError
 from labkit.practice import CODING, build
@@ -42,3 +47,87 @@ def test_a_copy_is_recognised_whatever_its_docstrings_and_comments():
     stub = (harness.STUBS / "zero1.py").read_text()
     assert harness.is_blank("02.build.zero1", stub + "\n# thinking\n")
     assert not harness.is_blank("02.build.zero1", stub.replace('raise NotImplementedError("shard_bounds")', "pass"))
+
+
+# The split check (draw, collect, judge), without processes: an exercise whose collect is plain Python.
+FAKE = "99.build.fake"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """A build exercise whose collect starts nothing; its judge fails one case with two hint steps."""
+    from labkit.practice.coding import Case
+
+    monkeypatch.setitem(build.BUILDS, FAKE, None)  # registered below; removed again after the test
+    monkeypatch.setitem(CODING, FAKE, None)
+    def judge(record: dict, params: dict) -> list:
+        return [Case("c", record.get("x") == params["want"], "", ("h1", "h2"))]
+
+    build.register_build(build.BuildExercise(FAKE, "zero1.py", "task", hint=("g",), worked="w",
+                                             draw=lambda seed: {"want": seed % 3}, collect=lambda path, p: {"x": 1},
+                                             judge=judge))
+
+
+def test_params_are_drawn_per_seed_and_hidden_runs_merge_over_them(fake):
+    assert build.draw_params(FAKE, 4) == {"want": 1, "seed": 4} == build.draw_params(FAKE, 4)
+    assert "seed" in build.draw_params(FAKE)  # a fresh seed when none is given
+    table = json.loads(harness.HIDDEN.read_text())
+    assert {"02.build.zero1", "02.build.zero2", "02.build.onef1b"} <= set(table)
+    base = build.draw_params("02.build.zero1", 1)
+    hidden = build.hidden_params("02.build.zero1", base)
+    assert hidden and all(h["hidden"] and h["lr"] == base["lr"] and h["worlds"] != base["worlds"] for h in hidden)
+
+
+def test_a_malformed_or_doubled_record_is_a_failed_case_never_a_crash():
+    params = build.draw_params("02.build.zero1", 1)
+    for record in ({}, {"runs": "x"}, {"runs": [{"world": 2, "ranks": [{}, {}, {}]}, {}]}, ["not", "a", "dict"]):
+        cases = build.judge_record("02.build.zero1", record, params)
+        assert len(cases) == 1 and not cases[0].ok and "record" in cases[0].name, cases
+    cases = build.judge_record("02.build.onef1b", {"runs": [{"world": 2, "ranks": [{}]}]},
+                               build.draw_params("02.build.onef1b", 1))
+    assert not cases[0].ok and "well-formed" in cases[0].name
+
+
+def test_hints_step_up_one_per_failed_try(fake, tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("X = 1\n")
+    first, second = str(build.check_build(FAKE, path, seed=2)), str(build.check_build(FAKE, path, seed=2))
+    assert "Hint 1: h1" in first and "Hint 2" not in first
+    assert "Hint 1: h1" in second and "Hint 2: h2" in second
+    assert build.check_build(FAKE, path, seed=4).ok and not build.check_build(FAKE, path, seed=2).ok  # want 1, 2
+
+
+def test_a_stub_is_not_written_yet_and_not_written_runs_are_found(fake, tmp_path):
+    stub = tmp_path / "zero1.py"
+    stub.write_text((harness.STUBS / "zero1.py").read_text())
+    assert build.collect_record("02.build.zero1", stub, {})["failure"]["kind"] == "not_written"
+    assert harness.not_written({"runs": [{"world": 2}, {"failure": {"kind": "not_written", "message": "m"}}]}) == "m"
+    assert harness.not_written({"runs": [{"failure": {"kind": "raised", "message": "m"}}]}) == ""
+
+
+def test_op_logs_and_stderr_name_where_ranks_blocked(tmp_path):
+    from labkit.practice.build import diagnosis as dg
+    from labkit.practice.build import records
+
+    log = records.OpLog(tmp_path, 0)
+    log.end(log.start("isend", 1, 64))
+    log.start("recv", 1, 64)
+    log.note("inner_numel", 268)
+    log.file.close()
+    ops = records.read_ops(tmp_path / "rank0.ops")
+    assert [op[:3] for op in ops] == [["isend", 1, 64], ["recv", 1, 64]] and ops[1][4] is None
+    assert records.read_notes(tmp_path / "rank0.ops") == {"inner_numel": 268}
+    both = {"failure": {"kind": "timeout", "message": "hung"}, "ops": [ops, [["recv", 0, 64, 0.0, None]]]}
+    assert dg.RECV_RECV in dg.failure_case(both, "runs").detail
+    sends = {"failure": {"kind": "timeout", "message": "hung"}, "ops": [[["send", 1, 4, 0.0, None]],
+                                                                         [["send", 0, 4, 0.0, None]]]}
+    assert dg.SEND_SEND in dg.failure_case(sends, "runs").detail
+    aborted = {"failure": {"kind": "died", "message": "rank 0 failed: exited with code -6"}, "ops": [[], []],
+               "stderr": ["  what():  [enforce fail at pair.cc:456] 8 vs 4. Is there a distributed collective "
+                          "mismatch in your code?\n", ""]}
+    detail = dg.failure_case(aborted, "runs").detail
+    assert dg.MISMATCH in detail and 'torch says: "8 vs 4. Is there a distributed collective mismatch' in detail
+    with pytest.raises(dg.BadRecord, match="shape"):
+        dg.tensor({"t": torch.zeros(3)}, "t", (4,))
+    with pytest.raises(dg.BadRecord, match="must be int"):
+        dg.field({"n": True}, "n", int)
