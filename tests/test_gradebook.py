@@ -177,3 +177,15 @@ def test_normal_forms_ignore_what_a_copier_changes_for_free():
     stub = (ROOT / "labkit" / "practice" / "build" / "stubs" / "zero1.py").read_text()
     own = similarity.similarity(similarity.normal(KEY_MODULE), similarity.normal(stub), similarity.normal(stub))
     assert own < 0.1  # the stub's own k-grams count for no one
+
+
+def test_the_command_line_makes_out_and_counts_no_code_it_did_not_run(book, tmp_path, capsys):
+    from labkit.course.__main__ import main
+
+    _, _, out = book
+    new = tmp_path / "grades" / "week1"
+    assert main(["collect", str(out.parent.parent / "class"), "--out", str(new), "--no-rerun"]) == 0
+    assert "9 students in" in capsys.readouterr().out and (new / "items.csv").is_file()
+    with open(new / "class.csv") as f:
+        table = {r["student"]: r for r in csv.DictReader(f)}
+    assert table["ana"]["coding_passed"] == "0" and "NOT_RERUN" in table["ana"]["flag_codes"]
