@@ -395,11 +395,12 @@ pipeline_panel.set_task(design.task("02"))
 # parameters to a multiple of the world size N, keep AdamW's states for your 1/N shard only,
 # reduce-scatter the gradients, average them, step, all-gather the parameters.
 #
-# `build.check_build` runs your module on **two real ranks** (gloo) beside torch's own DDP + AdamW, and
-# checks: parameters bit-identical to DDP after three steps (and within 1e-4 of one process on the whole
-# batch: the batch mean is summed in another order), optimizer bytes per rank equal to ZeRO's 8Ψ/N, and
-# traffic per step equal to 2Ψ (counted from every collective your step runs). A typical bug is named in
-# the feedback; each failed try shows one more hint. Below it runs on the blank stub: "not written yet".
+# `build.check_build` runs your module on **2 and 4 real ranks** (gloo), with lr, betas, eps and weight
+# decay drawn afresh each run, and checks what your ranks did against torch's AdamW on the whole batch,
+# computed apart from your code: parameters after each of three steps, the gradient your AdamW saw,
+# optimizer bytes per rank equal to ZeRO's 8Ψ/N (padding included), and traffic per step equal to 2Ψ
+# (every collective your step runs, with its size). When a case fails, the feedback names the bug the
+# evidence shows; each failed try shows one more hint. Below it runs on the blank stub: "not written yet".
 
 # %%
 from labkit.practice import build
@@ -417,14 +418,30 @@ build.check_build("02.build.zero1", zero1_path)
 # build_zero1.benchmark(zero1_path)
 
 # %% [markdown]
+# ## Build it yourself: ZeRO stage 2
+#
+# Stage 2 shards the gradients too: as backward produces each parameter's gradient, a hook reduces each
+# slice of it to the rank that owns it (`dist.reduce`) and frees `p.grad`, so a rank keeps 4Ψ/N bytes of
+# gradients instead of 4Ψ, for the same 2Ψ of traffic. `build.check_build` runs `Zero2AdamW` like ZeRO-1
+# and also measures the gradient bytes your model still holds after backward (none).
+
+# %%
+zero2_path = build.open_stub("02.build.zero2")
+print(zero2_path)
+
+# %%
+build.check_build("02.build.zero2", zero2_path)
+
+# %% [markdown]
 # ## Build it yourself: a 1F1B pipeline over send/recv
 #
 # Write the executor that `Schedule1F1B` is: `schedule_1f1b` gives each rank's order, `run_1f1b` runs
 # one stage's forwards and backwards with `dist.isend`/`dist.recv` between ranks. `build.check_build` runs
-# it on **2 and then 4 real ranks** and checks the losses and the accumulated gradients against one process
-# running the whole model, **measures** the activations alive on rank 0 (at most p micro-batches), and
-# shows the measured bubble beside the schedule's (p-1)/(m+p-1). A deadlocked send order is stopped after
-# its timeout and named, with where each rank waited.
+# it on **2 and then 4 real ranks**: every rank records the forwards and backwards it **executed**, in
+# order, and the check compares them with 1F1B's on every stage; the losses and the accumulated gradients
+# must equal one process running the whole model, and the activations alive on rank 0 (**measured**) must
+# peak at min(p, m) micro-batches. The measured bubble is shown beside the schedule's (p-1)/(m+p-1), with
+# why it differs here. A deadlock is stopped after its timeout and named from where each rank was blocked.
 
 # %%
 onef1b_path = build.open_stub("02.build.onef1b")
