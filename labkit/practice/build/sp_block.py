@@ -29,7 +29,7 @@ import torch
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.harness import BuildExercise, register_build
 from labkit.practice.build.sp_collect import TIMEOUT_S, collect, layer, probe
-from labkit.practice.build.tp_hints import HINTS, case
+from labkit.practice.build.tp_hints import FAILURE_HINTS, case
 from labkit.practice.coding import Case
 
 KEY = "03.build.sp_block"
@@ -209,8 +209,7 @@ def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
         run = dg.field(runs, i, dict)
         if dg.field(run, "world", int) != w:
             raise dg.BadRecord(f"run {i} is of world {run.get('world')}, expected {w}")
-        hints = {dg.SOME_RANKS: HINTS["some_ranks"], "raised": HINTS["raised"], "timeout": HINTS["some_ranks"]}
-        if stop := dg.failure_case(run, f"the checks run on {w} ranks within {TIMEOUT_S:g} s", hints):
+        if stop := dg.failure_case(run, f"the checks run on {w} ranks within {TIMEOUT_S:g} s", FAILURE_HINTS):
             return [stop]
         ranks = dg.ranks_of(run, w)
         if load := next((x["load"] for x in ranks if isinstance(x, dict) and "load" in x), None):

@@ -58,3 +58,7 @@ HINTS: dict[str, tuple[str, ...]] = {
 def case(name: str, ok: bool, detail: str, bug: str) -> Case:
     """A case whose hints are those of the diagnosed ``bug`` (the generic ones when unknown)."""
     return Case(name, ok, detail, HINTS.get(bug, HINTS["mlp"]) if not ok else ())
+
+
+FAILURE_HINTS = {"a collective only some ranks call": HINTS["some_ranks"], "raised": HINTS["raised"],
+                 "timeout": HINTS["some_ranks"]}  # keyed as labkit.practice.build.diagnosis.failure_case names them

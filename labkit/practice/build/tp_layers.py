@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.harness import BuildExercise, register_build
 from labkit.practice.build.tp_collect import TIMEOUT_S, benchmark, collect, dense, probe  # noqa: F401 - API
-from labkit.practice.build.tp_hints import HINTS, case
+from labkit.practice.build.tp_hints import FAILURE_HINTS, case
 from labkit.practice.coding import Case
 
 KEY = "03.build.tp_layers"
@@ -254,7 +254,7 @@ def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
         run = dg.field(runs, i, dict)
         if dg.field(run, "world", int) != w:
             raise dg.BadRecord(f"run {i} is of world {run.get('world')}, expected {w}")
-        if stop := dg.failure_case(run, f"the checks run on {w} ranks within {TIMEOUT_S:g} s", HINTS_BY_FAILURE):
+        if stop := dg.failure_case(run, f"the checks run on {w} ranks within {TIMEOUT_S:g} s", FAILURE_HINTS):
             return [stop]
         ranks = dg.ranks_of(run, w)
         results = [_f_case(ranks, w, params), _g_case(ranks, w, params), _shard_case(ranks, w, ref),
@@ -275,9 +275,6 @@ def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
             bug, detail = "hard2", f"passes on 2 ranks, fails on {w} (world size hard-coded to 2): {detail}"
         out.append(case(f"{name} (on {on} ranks)", False, f"on {w} ranks, {detail}", bug))
     return out
-
-
-HINTS_BY_FAILURE = {dg.SOME_RANKS: HINTS["some_ranks"], "raised": HINTS["raised"], "timeout": HINTS["some_ranks"]}
 
 
 register_build(BuildExercise(
