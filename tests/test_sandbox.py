@@ -1,9 +1,9 @@
 """collect's sandbox on honest and wrong answers: the key's solutions pass, wrong ones fail, verdicts come from here.
 
 The channel's tests start no process. The rest start real sandboxes (``procs``): the key's answers to 03
-(tensors both ways), 06 (a checkpoint killed mid-write by killing its sandbox) and 09, a wrong 06, one build-it
-module that replaces the judge in its own process, and the refusal to run without a sandbox: about 25 s on
-2 cores, most of it notebook 06's three sandboxes per answer and the build-it module's ranks.
+(tensors both ways), 06 (a checkpoint killed mid-write by killing its sandbox) and 09, a wrong 06, two gloo
+ranks inside a sandbox, one build-it module that replaces the judge in its own process, and the refusal to run
+without a sandbox: about 30 s on 2 cores, most of it notebook 06's three sandboxes per answer and the ranks.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from labkit.course.sandbox import channel
 
 ROOT = Path(__file__).resolve().parent.parent
 WRONG_SAVE = "def save(state, path):\n    import torch\n    torch.save(state, path)\n"
+GLOO = ("def f(*args):\n    from labkit import dist\n    from labkit.dist.workers import all_reduce_demo\n"
+        "    raise RuntimeError(str(dist.run(all_reduce_demo, 2, timeout=30)))\n")  # gloo on the sandbox's own lo
 
 
 def reference(key: str) -> dict:
@@ -88,7 +90,8 @@ def test_the_keys_answers_pass_and_a_torn_checkpoint_fails():
     items = [reference("03.code.mlp_shards"), reference("06.code.atomic_save"), reference("09.code.states_per_gpu"),
              {"key": "06.code.atomic_save", "function": "save", "source": WRONG_SAVE},
              {"key": "09.code.states_per_gpu", "function": "f", "source": "x = 1\n"},
-             {"key": "09.code.states_per_gpu", "function": "f", "source": "def f(:\n"}]
+             {"key": "09.code.states_per_gpu", "function": "f", "source": "def f(:\n"},
+             {"key": "09.code.states_per_gpu", "function": "f", "source": GLOO}]
     got = sandbox.run_submissions(items, timeout_s=60)
     assert [r.ok for r in got[:3]] == [True, True, True], [r.message for r in got[:3]]
     wrong = got[3]
@@ -96,6 +99,7 @@ def test_the_keys_answers_pass_and_a_torn_checkpoint_fails():
         wrong.message, wrong.message
     assert got[4].ok is None and "no function" in got[4].message
     assert got[5].ok is False and "SyntaxError" in got[5].message
+    assert "'sum': 3.0, 'expected': 3.0" in got[6].message, got[6].message  # two gloo ranks all-reduced
     assert all(not c.leftovers for c in sandbox.COSTS)
     assert len(sandbox.COSTS[1].starts) == 3  # 06: each kill ends a sandbox, the next call starts one
 
