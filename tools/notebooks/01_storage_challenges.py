@@ -177,6 +177,25 @@ assert ledger.saved == step.activations
 assert ledger.after_forward == ledger.tracker_after_forward
 
 # %% [markdown]
+# The same kind of step, storage by storage: `labkit.measure.timeline` records every tensor storage the step
+# creates and frees and files it under the part it plays (an activation is what autograd saved; a gradient
+# what became `p.grad`; everything else made during the step is a temporary). Activations rise through the
+# forward pass, fall through the backward while the gradients arrive, and the optimizer step ends with the
+# gradients freed. The vertical ticks mark the layers; the dashed line is the step's peak, the one
+# `whole_step_peak` measures (the `assert`). `labkit measure --full --snapshot FILE` writes the same record
+# of a full-size step for PyTorch's memory_viz.
+
+# %%
+from labkit.measure import whole_step_peak  # noqa: E402
+from labkit.measure.timeline import step_timeline  # noqa: E402
+from labkit.teach.plots_timeline import timeline_plot  # noqa: E402
+
+timeline = step_timeline(trainer)
+print(timeline.summary())
+assert timeline.peak == whole_step_peak(trainer).peak
+timeline_plot(timeline, "One step of the tiny GPT, storage by storage (measured)")
+
+# %% [markdown]
 # ## 3 · Explain: the analytic model beside the measurement
 #
 # The model states follow ZeRO's accounting (Rajbhandari et al., SC 2020), here for fp32:

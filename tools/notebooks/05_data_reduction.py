@@ -123,6 +123,30 @@ print(checks.reveal_number(predicted_full_share, 100 * full.per_layer[0] / none.
 print(recompute.recompute_table(plans))
 
 # %% [markdown]
+# The three plans over one step, storage by storage (`labkit.measure.timeline`, measured): without recompute the
+# saved activations rise through the forward pass and fall through the backward; selective recompute drops the
+# attention core's share of that rise; full recompute keeps almost none, and its backward rebuilds one layer at a
+# time (the saw teeth). What a checkpoint keeps for itself, each block's input, is filed with the temporaries:
+# autograd's outer hooks never see it. The model states underneath are the same in all three.
+
+# %%
+from labkit.measure.timeline import step_timeline  # noqa: E402
+from labkit.rig.train import Trainer  # noqa: E402
+from labkit.teach.plots_timeline import timelines_side_by_side  # noqa: E402
+
+timelines = {}
+for plan in ("none", "selective", "full"):
+    stepper = Trainer(micro)
+    recompute.apply_recompute(stepper.model, plan)
+    stepper.step()
+    timelines[plan] = step_timeline(stepper)
+for plan, tl in timelines.items():
+    print(f"{plan:9} peak {tl.peak:>9,} B ({tl.peak_phase}); saved activations at most "
+          f"{max(tl.alive['activations']):>7,} B, temporaries at most {max(tl.alive['temporaries']):>7,} B")
+assert timelines["full"].peak < timelines["selective"].peak < timelines["none"].peak
+timelines_side_by_side(list(timelines.values()), list(timelines))
+
+# %% [markdown]
 # (`sqrt-all` keeps only the inputs of its two segments after forward, fewer bytes than `full`,
 # but in backward it re-materialises a whole two-block segment at once: its *peak* is
 # higher. Section 3 measures peaks.)
@@ -220,7 +244,7 @@ cfg = precision.micro_model()
 precision_rows = []
 for name in precision.PRECISIONS:
     run = precision.precision_trainer(name, cfg)
-    run.step()
+    stepper.step()
     measured = measure_step(run)
     comparison = precision.precision_comparison(measured, cfg, 4, name)
     assert comparison.worst_error == 0
