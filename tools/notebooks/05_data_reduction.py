@@ -244,7 +244,7 @@ cfg = precision.micro_model()
 precision_rows = []
 for name in precision.PRECISIONS:
     run = precision.precision_trainer(name, cfg)
-    stepper.step()
+    run.step()
     measured = measure_step(run)
     comparison = precision.precision_comparison(measured, cfg, 4, name)
     assert comparison.worst_error == 0
