@@ -67,13 +67,16 @@ class Session:
         os.set_blocking(self._req, False)
         threading.Thread(target=self._drain, daemon=True, name="labkit-sandbox-log").start()
         self.ns = None
+        self.init_pid: int | None = None
         if mode == "unsafe":
             os.close(info_r)
-            self.init_pid = self.proc.pid
             find = lambda: watch.session_members(self.proc.pid)  # noqa: E731
         else:
             self.init_pid = self._child_pid(info_r)
-            self.ns = os.readlink(f"/proc/{self.init_pid}/ns/pid") if self.init_pid else None
+            try:
+                self.ns = os.readlink(f"/proc/{self.init_pid}/ns/pid") if self.init_pid else None
+            except OSError:  # it ended already: nothing of it to watch
+                self.ns = None
             find = (lambda: watch.members(self.ns)) if self.ns else (lambda: [])  # noqa: E731
         self.find = find
         self.watchdog = watch.Watchdog(find, work, limits, self._kill)
@@ -152,8 +155,9 @@ class Session:
         and exits), or, without a namespace, the child's process group."""
         if self.init_pid:
             watch.kill_all([self.init_pid])
-        else:
+        else:  # no namespace: the process group, and whatever else is left of its session
             self._killpg()
+            watch.kill_all(watch.session_members(self.proc.pid))
 
     def _killpg(self) -> None:
         try:
