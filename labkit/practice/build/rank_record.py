@@ -83,6 +83,13 @@ def attempt(path: str | Path, fn: Callable[[], dict[str, Any]]) -> dict[str, Any
         return fault(err, path)
 
 
+def sync() -> None:
+    """(In a rank.) The boundary between two parts of the checks: a one-element all-reduce, not a barrier, so that
+    a rank still inside a larger collective of the learner's (one that only some ranks call) makes gloo stop the
+    group at once with its own "Is there a distributed collective mismatch in your code?", not hang."""
+    dist.all_reduce(torch.zeros(1))
+
+
 def all_agree(ok: bool) -> bool:
     """(In a rank.) Whether every rank's local phase succeeded: no rank enters a collective phase alone."""
     flag = torch.tensor([0 if ok else 1])

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from labkit.practice.build import records
 from labkit.practice.build.harness import load_module
-from labkit.practice.build.rank_record import CollectiveLog, all_agree, attempt
+from labkit.practice.build.rank_record import CollectiveLog, all_agree, attempt, sync
 from labkit.rig.model import Block, GPTConfig
 
 TIMEOUT_S = 8.0  # a world's checks take about a second once started; a hang is stopped here
@@ -97,9 +96,9 @@ def _one(path: str, rank: int, world: int, params: dict[str, Any]) -> dict[str, 
     if "m" not in loaded:
         return {"load": loaded}
     rec = {"probes": attempt(path, lambda: _probes(loaded["m"], params, rank, world))}
-    dist.barrier()
+    sync()
     rec["block"] = _block(path, loaded["m"], params, rank, world)
-    dist.barrier()
+    sync()
     return rec
 
 

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from labkit.practice.build import records
 from labkit.practice.build.harness import load_module
-from labkit.practice.build.rank_record import CollectiveLog, all_agree, attempt
+from labkit.practice.build.rank_record import CollectiveLog, all_agree, attempt, sync
 
 TIMEOUT_S = 6.0  # a world's checks take well under a second once started; a hang is stopped here
 
@@ -105,9 +104,9 @@ def _one(path: str, rank: int, world: int, params: dict[str, Any]) -> dict[str, 
     for part, fn in (("f", lambda: _f(m, p, h)), ("g", lambda: _g(m, p, h)),
                      ("shard", lambda: _shards(m, params, rank, world))):
         rec[part] = attempt(path, fn)
-        dist.barrier()  # the next part starts together on every rank
+        sync()  # the next part starts together on every rank
     rec["mlp"] = _mlp(path, m, params, rank, world)
-    dist.barrier()
+    sync()
     return rec
 
 
