@@ -1,10 +1,11 @@
 """Build it yourself: graduate exercises in which the learner writes a whole component in a module file.
 
-One per systems notebook: ZeRO stage 1 and a 1F1B executor (02), Megatron's tensor-parallel layers (03),
-activation offload (04/05), a sharded atomic checkpoint (06). Each runs the learner's module on real local
-process groups (:mod:`labkit.dist`, gloo) beside torch's own engine, and grades it with named cases, the typical
-bugs named in the feedback and hints that escalate per failed try (:mod:`labkit.practice.build.harness`).
-Reference solutions live in ``instructor/build/``, outside the package and outside the student release.
+One per systems notebook: ZeRO stages 1 and 2 and a 1F1B executor (02), Megatron's tensor-parallel layers (03),
+activation offload (04/05), a sharded atomic checkpoint (06). Each check is split by trust
+(:mod:`labkit.practice.build.harness`): parameters drawn per run, the learner's module run only inside ranks that
+bring back plain records (:mod:`labkit.practice.build.records`), and a judge that computes its own reference, names
+the bug the evidence shows and steps its hints up one per failed try (:mod:`labkit.practice.build.feedback`).
+Reference solutions and hidden runs live in ``instructor/build/``, outside the package and the student release.
 """
 
 from __future__ import annotations

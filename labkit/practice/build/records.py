@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
 import re
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from labkit import dist as ldist
 
 MAX_OPS = 4000  # per rank: far above any honest step of the exercises (tens of calls)
 STDERR_TAIL = 4000  # characters of a rank's stderr kept in the record
+MAX_LOG_BYTES = 2**20  # of a rank's op log read back
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
 COLLECTIVES = ("all_reduce", "reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter",
                "all_gather_single", "all_gather_into_tensor", "all_gather", "broadcast", "barrier", "reduce",
@@ -106,9 +105,7 @@ def _logged(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
             peer = args[1] if len(args) > 1 else kwargs.get("dst", kwargs.get("src", -1))
         numel = _numel(args, kwargs)
         seq = log.start(name, int(peer) if isinstance(peer, int) else -1, numel)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # the deprecated names still work: not the grader's noise
-            out = real(*args, **kwargs)
+        out = real(*args, **kwargs)
         log.end(seq)
         if name in ("isend", "irecv") or (kwargs.get("async_op") and out is not None):
             return _Work(out, name, int(peer) if isinstance(peer, int) else -1, numel)
@@ -142,11 +139,10 @@ def _entry(rank: int, world_size: int, target: Callable[..., Any], logdir: str, 
     fd = os.open(Path(logdir) / f"rank{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
-    warnings.simplefilter("ignore", FutureWarning)  # into the captured file anyway; kept out of the record's text
     return target(rank, world_size, log=OpLog(logdir, rank), **kwargs)
 
 
-_START = re.compile(r"start (\d+) (\S+) (-?\d+) (\d+) ([\d.]+)$")
+_START = re.compile(r"start (\d+) (\S{1,60}) (-?\d{1,9}) (\d{1,15}) ([\d.]{1,20})$")
 _END = re.compile(r"end (\d+) ([\d.]+)$")
 _NOTE = re.compile(r"note (\w{1,40}) (-?\d{1,18})$")
 
@@ -155,8 +151,13 @@ def read_notes(path: Path) -> dict[str, int]:
     """A rank's notes (:meth:`OpLog.note`) as ``{key: value}``, the last value of each key."""
     if not path.exists():
         return {}
-    with open(path, errors="replace") as f:
-        return {m[1]: int(m[2]) for line in itertools.islice(f, 2 * MAX_OPS + 2) if (m := _NOTE.match(line.strip()))}
+    return {m[1]: int(m[2]) for line in _lines(path) if (m := _NOTE.match(line.strip()))}
+
+
+def _lines(path: Path) -> list[str]:
+    """The first lines of a rank's log, at most :data:`MAX_LOG_BYTES` of them (the file is the learner's process's)."""
+    with open(path, "rb") as f:
+        return f.read(MAX_LOG_BYTES).decode("utf-8", errors="replace").splitlines()[: 2 * MAX_OPS + 2]
 
 
 def read_ops(path: Path) -> list[list]:
@@ -165,12 +166,11 @@ def read_ops(path: Path) -> list[list]:
     if not path.exists():
         return []
     ops: dict[int, list] = {}
-    with open(path, errors="replace") as f:
-        for line in itertools.islice(f, 2 * MAX_OPS + 2):
-            if m := _START.match(line.strip()):
-                ops[int(m[1])] = [m[2], int(m[3]), int(m[4]), float(m[5]), None]
-            elif (m := _END.match(line.strip())) and int(m[1]) in ops:
-                ops[int(m[1])][4] = float(m[2])
+    for line in _lines(path):
+        if m := _START.match(line.strip()):
+            ops[int(m[1])] = [m[2], int(m[3]), int(m[4]), float(m[5]), None]
+        elif (m := _END.match(line.strip())) and int(m[1]) in ops:
+            ops[int(m[1])][4] = float(m[2])
     return [ops[k] for k in sorted(ops)]
 
 

@@ -15,7 +15,6 @@ gets one more case naming the bug the evidence shows (:mod:`labkit.practice.buil
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +69,6 @@ def bench_rank(rank: int, world_size: int, path: str, width: int = 512, steps: i
     ``ZeroRedundancyOptimizer`` on the same MLP (shown, never asserted: the ranks share the machine's cores)."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    warnings.simplefilter("ignore", FutureWarning)  # a learner's older collective names: not the benchmark's output
     mod, out = load_module(path), {}
     for name in ("yours", "torch"):
         model = mlp(width, 0)
