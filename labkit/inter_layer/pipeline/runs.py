@@ -37,7 +37,8 @@ def measured_bubble(timeline: Timeline) -> float:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """One run: schedule ``kind``, ``m`` micro-batches, ``v`` stages per rank, the model and the data."""
+    """One run: schedule ``kind``, ``m`` micro-batches, ``v`` stages per rank, the model and the data; ``op_rounds``
+    rounds of each stage's forward and backward timed alone after the steps (``PipelineRun.op_times``)."""
 
     kind: str
     m: int
@@ -47,10 +48,11 @@ class PipelineConfig:
     batch_size: int = 8
     seed: int = 0
     lr: float = LR
+    op_rounds: int = 0  # > 0: each stage's forward and backward also timed alone (pipeline.op_times)
 
     def worker_kwargs(self) -> dict[str, Any]:
         return {"kind": self.kind, "microbatches": self.m, "steps": self.steps, "v": self.v, "model": self.model,
-                "batch_size": self.batch_size, "seed": self.seed, "lr": self.lr}
+                "batch_size": self.batch_size, "seed": self.seed, "lr": self.lr, "op_rounds": self.op_rounds}
 
 
 @dataclass
@@ -82,6 +84,11 @@ class PipelineRun:
         c = self.config
         order = schedule(c.kind, self.p, c.m, c.v)
         return [predicted_peak_bytes(order[r["rank"]], r["stage_bytes"]) / r["microbatch_bytes"] for r in self.ranks]
+
+    @property
+    def op_times(self) -> dict[tuple[int, str], list[float]]:
+        """(stage, phase) -> seconds of each round that stage's forward or backward took alone (see op_times)."""
+        return {k: v for r in self.ranks for k, v in r.get("op_times", {}).items()}
 
     @property
     def bubble(self) -> float:

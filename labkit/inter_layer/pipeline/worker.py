@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from labkit.inter_layer.pipeline.op_times import time_ops
 from labkit.inter_layer.pipeline.recorder import Recorder
 from labkit.inter_layer.pipeline.stages import LR, build_model, check_pipeline, lm_loss, model_config, split_stages
 from labkit.rig.data import batches
@@ -18,8 +19,11 @@ from labkit.sim import Action
 
 def train_pipeline(rank: int, world_size: int, kind: str = "1f1b", microbatches: int = 4, steps: int = 1,
                    v: int = 1, model: dict[str, Any] | None = None, batch_size: int = 8, seed: int = 0,
-                   lr: float = LR) -> dict[str, Any]:
-    """(Runs in a rank.) Train ``steps`` steps of the pipeline; this rank's losses, events, order and bytes."""
+                   lr: float = LR, op_rounds: int = 0) -> dict[str, Any]:
+    """(Runs in a rank.) Train ``steps`` steps of the pipeline; this rank's losses, events, order and bytes.
+
+    ``op_rounds`` > 0: afterwards each stage's forward and backward are timed alone that many rounds
+    (``labkit.inter_layer.pipeline.op_times``), for a replay that load does not distort."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     cfg, m, p = model_config(model), microbatches, world_size
@@ -54,10 +58,14 @@ def train_pipeline(rank: int, world_size: int, kind: str = "1f1b", microbatches:
         if last:
             losses.append(float(torch.stack(mb_losses).detach().mean()))
     stage_bytes = {s: rec.added.get((s, 0), 0) for s in mine}
+    ops = {}
+    if op_rounds:
+        x, y = (t[: batch_size // m].to(dev) for t in data(0))
+        ops = time_ops(rank, p, mods, mine, x, y, cfg.d_model, op_rounds)
     return {
         "rank": rank, "stages": mine, "losses": losses, "peak_bytes": max(peaks), "stage_bytes": stage_bytes,
         "microbatch_bytes": sum(stage_bytes.values()), "held_after_step": held_after,
-        "events": [tuple(e) for e in rec.events],
+        "events": [tuple(e) for e in rec.events], "op_times": ops,
         "orders": [[Action(s, ph, i) for st, s, ph, i, *_ in rec.events if st == k] for k in range(steps)],
     }
 
