@@ -1,9 +1,10 @@
 """collect's sandbox on honest and wrong answers: the key's solutions pass, wrong ones fail, verdicts come from here.
 
 The channel's tests start no process. The rest start real sandboxes (``procs``): the key's answers to 03
-(tensors both ways), 06 (a checkpoint killed mid-write by killing its sandbox) and 09, a wrong 06, two gloo
-ranks inside a sandbox, one build-it module that replaces the judge in its own process, and the refusal to run
-without a sandbox: about 30 s on 2 cores, most of it notebook 06's three sandboxes per answer and the ranks.
+(tensors both ways), 06 (a checkpoint killed mid-write by killing its sandbox) and 09, a wrong 06, a 06 whose
+checkpoint is a FIFO or a link to the key, two gloo ranks inside a sandbox, one build-it module that replaces
+the judge in its own process, and the refusal to run without a sandbox: about 40 s on 2 cores, most of it the
+three sandboxes of each 06 answer (each imports torch) and the ranks.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def test_the_keys_answers_pass_and_a_torn_checkpoint_fails():
              {"key": "06.code.atomic_save", "function": "save", "source": WRONG_SAVE},
              {"key": "09.code.states_per_gpu", "function": "f", "source": "x = 1\n"},
              {"key": "09.code.states_per_gpu", "function": "f", "source": "def f(:\n"},
-             {"key": "09.code.states_per_gpu", "function": "f", "source": GLOO}]
+             {"key": "09.code.states_per_gpu", "function": "f", "source": GLOO},
+             {"key": "06.code.atomic_save", "function": "save", "source": (ROOT / "tests" / "hostile" /
+                                                                          "fifo_checkpoint.py").read_text().replace(
+                 "@KEY@", str(ROOT / "instructor" / "key.py"))}]
     got = sandbox.run_submissions(items, timeout_s=60)
     assert [r.ok for r in got[:3]] == [True, True, True], [r.message for r in got[:3]]
     wrong = got[3]
@@ -100,6 +104,7 @@ def test_the_keys_answers_pass_and_a_torn_checkpoint_fails():
     assert got[4].ok is None and "no function" in got[4].message
     assert got[5].ok is False and "SyntaxError" in got[5].message
     assert "'sum': 3.0, 'expected': 3.0" in got[6].message, got[6].message  # two gloo ranks all-reduced
+    assert got[7].ok is False and "does not load" in got[7].message, got[7].message  # a FIFO read here would hang
     assert all(not c.leftovers for c in sandbox.COSTS)
     assert len(sandbox.COSTS[1].starts) == 3  # 06: each kill ends a sandbox, the next call starts one
 

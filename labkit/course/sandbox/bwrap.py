@@ -39,7 +39,7 @@ class Limits:
     cpu_s: int = 300  # RLIMIT_CPU per process
     address_bytes: int = 4 * 2**30  # RLIMIT_AS per process: a tiny-GPT step reserves under 1 GiB
     processes: int = 256  # RLIMIT_NPROC (threads count): four gloo ranks use about 60
-    file_bytes: int = 1 * 2**30  # RLIMIT_FSIZE: the largest file it may write
+    file_bytes: int = 512 * 2**20  # RLIMIT_FSIZE: the largest file it may write (and the grader may read)
     memory_bytes: int = 6 * 2**30  # resident memory of all its processes together (watched)
     disk_bytes: int = 2 * 2**30  # bytes in its work folder (watched)
     files: int = 20_000  # files in its work folder (watched)

@@ -12,7 +12,8 @@ What crosses, per exercise (all arguments are the test's own, pickled in; every 
   folders are made there); the file is written by the learner's code and read here with ``weights_only``. Its
   kill-mid-write step (:func:`kill_mid_write`) runs the save in the sandbox and kills the whole sandbox, every
   process of the learner's code, once the bytes reach the disk; its fsync spy runs in the sandbox
-  (:class:`RemoteSpy`) and reports the names of the calls it saw, which this side judges.
+  (:class:`RemoteSpy`) and reports the names of the calls it saw, which this side judges. Before the test reads
+  a checkpoint here, the sandbox has ended and its folder holds files and folders only (:func:`only_files`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,22 @@ def kill_mid_write(runner: Runner, fn: Remote, new: dict, path: Path, after_byte
             break
         time.sleep(0.0005)
     runner.kill()  # always: nothing of the learner's code outlives the step, as the forked child does not
+    only_files(runner.work)
     return how
+
+
+def only_files(work: Path) -> None:
+    """With the sandbox ended: remove from its work folder anything but files and folders (a symlink to a key, a
+    FIFO that would block the test's ``torch.load`` here), so what the test reads next is what was written."""
+    import stat
+
+    for root, dirs, files in os.walk(work):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(p).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    os.unlink(p)
 
 
 def remote_spy(runner: Runner) -> type:
@@ -94,6 +110,8 @@ def remote_spy(runner: Runner) -> type:
                 return
             calls = runner.request({"op": "spy", "on": False}).get("calls")
             self.calls = [c for c in calls if c in SPIED][:1000] if isinstance(calls, list) else []
+            runner.kill()  # the test reads the checkpoint next: with nothing of the learner's code running
+            only_files(runner.work)
 
     return RemoteSpy
 
