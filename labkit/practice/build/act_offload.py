@@ -19,26 +19,28 @@ well as written (the peak is not reduced), leaking files.
 
 from __future__ import annotations
 
-import gc
 import random
-import tempfile
-import types
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn as nn
 
 from labkit.measure import SavedTensorRecorder
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build import records
-from labkit.practice.build.harness import BuildExercise, load_module, register_build
-from labkit.practice.build.rank_record import attempt
+from labkit.practice.build.harness import BuildExercise, register_build
+from labkit.practice.build.offload_collect import (  # noqa: F401 - collect_many: the tests' grouped run
+    TIMEOUT_S,
+    backward_grads,
+    bench_rank,
+    collect,
+    collect_many,
+    model,
+)
 from labkit.practice.coding import Case
 
 KEY = "04.build.act_offload"
 DTYPES = ("float32", "bfloat16")
-TIMEOUT_S = 30.0
 
 
 def draw(seed: int) -> dict[str, Any]:
@@ -46,153 +48,6 @@ def draw(seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     return {"batch": rng.randrange(17, 65, 2), "width": rng.randrange(9, 41, 2), "hidden": rng.randrange(19, 73, 2),
             "dtypes": list(DTYPES)}
-
-
-def model(params: dict[str, Any], dtype: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """The MLP, its input and the loss weights, the same in the child and in the judge."""
-    torch.manual_seed(int(params["seed"]))
-    width, hidden, dt = int(params["width"]), int(params["hidden"]), getattr(torch, dtype)
-    net = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width)).to(dt)
-    return net, torch.randn(int(params["batch"]), width).to(dt), torch.randn(int(params["batch"]), width)
-
-
-def _backward(net: nn.Module, out: torch.Tensor, weights: torch.Tensor) -> list[torch.Tensor]:
-    (out.float() * weights).sum().backward()
-    grads = [p.grad.clone() for p in net.parameters()]
-    net.zero_grad(set_to_none=True)
-    return grads
-
-
-def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
-
-def _files(folder: Path) -> list[Path]:
-    return [f for f in folder.rglob("*") if f.is_file()] if folder.exists() else []
-
-
-def _held(roots: list[object], keys: set[int], depth: int = 6) -> set[int]:
-    """Storages among ``keys`` that a tensor reachable from ``roots`` still uses (code and modules not followed)."""
-    skip = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType, str, bytes)
-    found: set[int] = set()
-    seen: set[int] = set()
-    layer = list(roots)
-    for _ in range(depth):
-        nxt = []
-        for obj in layer:
-            if id(obj) in seen or isinstance(obj, skip):
-                continue
-            seen.add(id(obj))
-            if isinstance(obj, torch.Tensor):
-                found |= {_key(obj)} & keys
-            else:
-                nxt += gc.get_referents(obj)
-        layer = nxt
-    return found
-
-
-def _run(path: str, m: Any, params: dict[str, Any], dtype: str, folder: Path) -> dict[str, Any]:
-    """(In the child.) One forward+backward under the learner's hooks: the raw facts."""
-    net, x, w = model(params, dtype)
-    params_of = {_key(p) for p in net.parameters()}
-    hooks = m.FileOffload(folder, net)
-    packed: list[tuple[torch.Tensor, object]] = []
-    dtypes: dict[int, torch.dtype] = {}
-    lost: list[str] = []
-    real_pack, real_unpack = hooks.pack_hook, hooks.unpack_hook
-
-    def pack(t: torch.Tensor) -> object:
-        handle = real_pack(t)
-        packed.append((t, handle))
-        dtypes[id(handle)] = t.dtype
-        return handle
-
-    def unpack(handle: object) -> torch.Tensor:
-        t = real_unpack(handle)
-        want = dtypes.get(id(handle))
-        if want is not None and isinstance(t, torch.Tensor) and t.dtype != want:
-            lost.append(f"{str(want).removeprefix('torch.')} came back as {str(t.dtype).removeprefix('torch.')}")
-        return t
-
-    hooks.pack_hook, hooks.unpack_hook = pack, unpack
-    with hooks:
-        out = net(x)
-    on_disk = sum(f.stat().st_size for f in _files(folder))
-    acts = {_key(t): t.untyped_storage().nbytes() for t, _ in packed if _key(t) not in params_of}
-    kinds = [[_key(t) in params_of, int(t.untyped_storage().nbytes())] for t, _ in packed]
-    kept = sum(acts[k] for k in _held([h for _, h in packed] + [vars(hooks)], set(acts)))
-    packed.clear()
-    got = attempt(path, lambda: {"grads": _backward(net, out, w)})
-    return {"grads": got.get("grads", []), "backward": got.get("failure", {}).get("message", ""),
-            "on_disk": int(on_disk), "packed": kinds, "kept": int(kept), "lost": lost[:5],
-            "left": len(_files(folder))}
-
-
-def offload_rank(rank: int, world: int, log: records.OpLog, path: str, params: dict[str, Any],
-                 paths: list[str] | None = None) -> list[dict[str, Any]]:
-    """(Runs in the child.) Per module of ``paths`` (default: ``path``), per dtype: its facts, or its fault."""
-    return [_module(p, params) for p in paths or [path]]
-
-
-def _module(path: str, params: dict[str, Any]) -> dict[str, Any]:
-    loaded = attempt(path, lambda: {"m": load_module(path)})
-    if "m" not in loaded:
-        return {"load": loaded}
-    runs = {}
-    for dtype in params["dtypes"]:
-        with tempfile.TemporaryDirectory(prefix="labkit-offload-") as d:
-            runs[dtype] = attempt(path, lambda dtype=dtype, d=d: _run(path, loaded["m"], params, dtype, Path(d) / "o"))
-    return runs
-
-
-def collect_many(paths: list[Path], params: dict[str, Any]) -> list[dict[str, Any]]:
-    """One child process for every module in ``paths`` (a test's mutants); one record each."""
-    got = records.ask(offload_rank, paths[0], timeout=TIMEOUT_S, params=params, paths=[str(p) for p in paths])
-    if "ranks" not in got:
-        return [got for _ in paths]
-    return [{**got, "ranks": [r]} for r in got["ranks"][0]]
-
-
-def collect(path: Path, params: dict[str, Any]) -> dict[str, Any]:
-    """The raw record of the learner's module at ``path``, run in a child process."""
-    return collect_many([path], params)[0]
-
-
-def bench_rank(rank: int, world: int, log: records.OpLog, path: str, params: dict[str, Any],
-               steps: int = 20) -> list[dict[str, Any]]:
-    """(Runs in the child.) Seconds per step and bytes written per step: plain autograd, then the learner's hooks."""
-    import time
-
-    m = load_module(path)
-    net, x, w = model(params, params["dtypes"][0])
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="labkit-offload-") as d:
-        for label in ("no offload", "yours (files)"):
-            t0, written = time.perf_counter(), 0
-            for _ in range(steps):
-                if label == "no offload":
-                    out = net(x)
-                else:
-                    with m.FileOffload(Path(d), net):
-                        out = net(x)
-                written = sum(f.stat().st_size for f in _files(Path(d)))
-                _backward(net, out, w)
-            rows.append({"run": label, "seconds per step": (time.perf_counter() - t0) / steps,
-                         "bytes written per step": int(written)})
-    return rows
-
-
-def benchmark(path: str | Path, dtype: str = "float32", steps: int = 20, seed: int = 0) -> list[dict]:
-    """Your offload beside plain autograd, in a child process: seconds per step (shown, never asserted: a step of
-    this toy is dominated by Python and file calls, not bytes) and bytes written per step beside the prediction."""
-    params = {**draw(seed), "seed": seed, "dtypes": [dtype]}
-    got = records.ask(bench_rank, path, timeout=60.0, params=params, steps=steps)
-    if "ranks" not in got:
-        return [{"run": "yours (files)", "error": str(got.get("failure", {}).get("message", ""))}]
-    rows = got["ranks"][0]
-    for row, predicted in zip(rows, (0, predicted_bytes(params, dtype)), strict=True):
-        row["predicted bytes"] = predicted
-    return rows
 
 
 def predicted_bytes(params: dict[str, Any], dtype: str) -> int:
@@ -208,7 +63,7 @@ def _plain_grads(params: dict[str, Any], dtype: str) -> list[torch.Tensor]:
     torch.set_num_threads(1)  # the child runs on one thread: the same kernels, the same bits
     try:
         net, x, w = model(params, dtype)
-        return _backward(net, net(x), w)
+        return backward_grads(net, net(x), w)
     finally:
         torch.set_num_threads(threads)
 
@@ -244,7 +99,13 @@ def _cases(r: dict[str, Any], params: dict[str, Any], dtype: str) -> list[Case]:
 
 
 def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
-    """Per dtype: gradients and bytes; over both: nothing kept in memory, no file left."""
+    """Per dtype: gradients and bytes; over both: nothing kept in memory, no file left.
+    (The reference seeds torch's RNG: the caller's stream is left as it was.)"""
+    with torch.random.fork_rng():
+        return _judge(record, params)
+
+
+def _judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
     if stop := dg.failure_case(record, f"the hooks run within {TIMEOUT_S:g} s", {"raised": GRADS}):
         return [stop]
     runs = dg.field(dg.ranks_of(record, 1), 0, dict)
@@ -267,6 +128,19 @@ def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
                       f"{left} file(s) left in the folder after backward: leaking files (a long run fills the disk)",
                       FILES))
     return cases
+
+
+def benchmark(path: str | Path, dtype: str = "float32", steps: int = 20, seed: int = 0) -> list[dict]:
+    """Your offload beside plain autograd, in a child process: seconds per step (shown, never asserted: a step of
+    this toy is dominated by Python and file calls, not bytes) and bytes written per step beside the prediction."""
+    params = {**draw(seed), "seed": seed, "dtypes": [dtype]}
+    got = records.ask(bench_rank, path, timeout=60.0, params=params, steps=steps)
+    if "ranks" not in got:
+        return [{"run": "yours (files)", "error": str(got.get("failure", {}).get("message", ""))}]
+    rows = got["ranks"][0]
+    for row, predicted in zip(rows, (0, predicted_bytes(params, dtype)), strict=True):
+        row["predicted bytes"] = predicted
+    return rows
 
 
 GRADS = ("Does unpack return exactly the tensor pack received: same dtype, same shape, same bits?",

@@ -29,7 +29,7 @@ import torch
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.harness import BuildExercise, register_build
 from labkit.practice.build.sp_collect import TIMEOUT_S, collect, layer, probe
-from labkit.practice.build.tp_hints import FAILURE_HINTS, case
+from labkit.practice.build.tp_hints import FAILURE_HINTS, case, fault_text
 from labkit.practice.coding import Case
 
 KEY = "03.build.sp_block"
@@ -83,14 +83,6 @@ def shard(name: str, t: torch.Tensor, rank: int, world: int, h: int) -> torch.Te
     return t  # LayerNorms and the row-parallel biases: replicated
 
 
-def _fault(part: Any) -> str | None:
-    failure = part.get("failure") if isinstance(part, dict) else None
-    if failure is None:
-        return None
-    where = f" (at {failure.get('learner_frames')})" if failure.get("learner_frames") else ""
-    return f"raised {failure.get('message', '?')}{where}"
-
-
 def _count(ops: Any, kind: str) -> list[int]:
     return [int(n) for k, n in dg.field({"o": ops}, "o", list) if k == kind]
 
@@ -98,7 +90,7 @@ def _count(ops: Any, kind: str) -> list[int]:
 def _g(parts: list, w: int, p: dict) -> tuple[str, str] | None:
     total = w * (w + 1) / 2
     for r, pr in enumerate(parts):
-        if err := _fault(pr):
+        if err := fault_text(pr):
             return f"rank {r}: {err}", "raised"
         b, s, h = p["base"].shape
         y = dg.tensor(pr, "gather")
@@ -119,7 +111,7 @@ def _g(parts: list, w: int, p: dict) -> tuple[str, str] | None:
 def _gbar(parts: list, w: int, p: dict) -> tuple[str, str] | None:
     total = w * (w + 1) / 2
     for r, pr in enumerate(parts):
-        if err := _fault(pr):
+        if err := fault_text(pr):
             return f"rank {r}: {err}", "raised"
         if "rs" not in pr:
             return "not run: g's output has the wrong shape (see g's case)", "sp_gather"
@@ -135,7 +127,7 @@ def _gbar(parts: list, w: int, p: dict) -> tuple[str, str] | None:
 
 
 def _layer(parts: list, w: int, params: dict, ref: dict) -> list[tuple[str, str] | None]:
-    if errs := [(r, e) for r, p in enumerate(parts) if (e := _fault(p))]:
+    if errs := [(r, e) for r, p in enumerate(parts) if (e := fault_text(p))]:
         r, e = next(((r, e) for r, e in errs if "another rank" not in e), errs[0])
         rest = ("the layer did not run on every rank (see the output case)", "raised")
         return [None, (f"rank {r}: {e}", "raised"), rest, rest, rest]
@@ -199,7 +191,13 @@ def _ops(parts: list, params: dict) -> tuple[str, str] | None:
 
 
 def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
-    """Each check passes when it passes on every rank of every world size."""
+    """Each check passes when it passes on every rank of every world size.
+    (The reference seeds torch's RNG: the caller's stream is left as it was.)"""
+    with torch.random.fork_rng():
+        return _judge(record, params)
+
+
+def _judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
     ref, runs, p = _dense(params), dg.field(record, "runs", list), probe(params)
     worlds = [int(w) for w in params["worlds"]]
     found: dict[str, tuple[int, tuple[str, str]]] = {}
@@ -213,7 +211,7 @@ def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
             return [stop]
         ranks = dg.ranks_of(run, w)
         if load := next((x["load"] for x in ranks if isinstance(x, dict) and "load" in x), None):
-            return [case("the module imports", False, _fault(load) or "", "raised")]
+            return [case("the module imports", False, fault_text(load) or "", "raised")]
         results = [_g([dg.field(x, "probes", dict) for x in ranks], w, p),
                    _gbar([dg.field(x, "probes", dict) for x in ranks], w, p),
                    *_layer([dg.field(x, "block", dict) for x in ranks], w, params, ref)]

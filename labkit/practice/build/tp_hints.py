@@ -3,6 +3,8 @@ then a direction (the harness shows one more step per failed try, then the worke
 
 from __future__ import annotations
 
+from typing import Any
+
 from labkit.practice.coding import Case
 
 HINTS: dict[str, tuple[str, ...]] = {
@@ -53,6 +55,17 @@ HINTS: dict[str, tuple[str, ...]] = {
     "sp_ln": ("LayerNorm's weight is replicated and its gradient comes from every rank's tokens. What must happen "
               "to it after backward?", "All-reduce (sum) the LayerNorm and row-bias gradients over the ranks."),
 }
+
+
+def fault_text(part: Any) -> str | None:
+    """The learner's fault recorded for one part of a rank's checks, as text; None when the part ran."""
+    failure = part.get("failure") if isinstance(part, dict) else None
+    if failure is None:
+        return None
+    if not isinstance(failure, dict):
+        return "a malformed part of the record"
+    where = f" (at {failure.get('learner_frames')})" if failure.get("learner_frames") else ""
+    return f"raised {failure.get('message', '?')}{where}"
 
 
 def case(name: str, ok: bool, detail: str, bug: str) -> Case:

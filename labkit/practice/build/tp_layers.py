@@ -15,10 +15,9 @@ backward), one rank's part instead of the sum (a missing all-reduce), an output 
 bias added before the all-reduce), a shard of the 2-way split on 4 ranks (the world size hard-coded), rows
 ``r, r + t, ...`` (a strided split where the stub asks for a contiguous block).
 
-Outputs and gradients match the dense block within ``ATOL`` (float32), not bit for bit: the row-parallel
-layer adds its t partial sums in another order than one dense matmul does. A collective on a view that is not
-one dense buffer (a column slice) reduces the wrong bytes on gloo (measured with torch 2.13), so f is also
-checked on a gradient that is a slice of a ``torch.cat``'s, the way it arises.
+Values match within ``ATOL`` (float32), not bit for bit: the row layer sums its t partials in another order.
+A collective on a view that is not one dense buffer reduces the wrong bytes on gloo (torch 2.13), so f is also
+checked on a gradient that is a column slice of a ``torch.cat``'s, the way it arises.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.harness import BuildExercise, register_build
 from labkit.practice.build.tp_collect import TIMEOUT_S, benchmark, collect, dense, probe  # noqa: F401 - API
-from labkit.practice.build.tp_hints import FAILURE_HINTS, case
+from labkit.practice.build.tp_hints import FAILURE_HINTS, case, fault_text
 from labkit.practice.coding import Case
 
 KEY = "03.build.tp_layers"
@@ -62,17 +61,7 @@ def _reference(params: dict[str, Any]) -> dict[str, torch.Tensor]:
             "g_b2": fc2.bias.grad.double()}
 
 
-def _fails(rec: Any) -> str | None:
-    """The learner's fault in one part, as text, or None when the part ran."""
-    failure = rec.get("failure") if isinstance(rec, dict) else None
-    if failure is None:
-        return None
-    where = f" (at {failure.get('learner_frames')})" if isinstance(failure, dict) and failure.get(
-        "learner_frames") else ""  # fmt: skip
-    return f"raised {failure.get('message', '?')}{where}" if isinstance(failure, dict) else "malformed part"
-
-
-def _all_reduces(ops: Any) -> list[int]:
+def _all_reduces(ops: Any) -> list[int]:  # the elements of each all-reduce in a phase's log
     return [int(n) for kind, n in dg.field({"o": ops}, "o", list) if kind == "all_reduce"]
 
 
@@ -81,7 +70,7 @@ def _f_case(ranks: list, w: int, p: dict) -> tuple[str, str] | None:
     total = w * (w + 1) / 2
     for r, rec in enumerate(ranks):
         part = dg.field(rec, "f", dict)
-        if err := _fails(part):
+        if err := fault_text(part):
             return f"rank {r}: f {err}", "raised"
         pr = probe(p, r)
         shape = tuple(pr["fx"].shape)
@@ -108,7 +97,7 @@ def _g_case(ranks: list, w: int, p: dict) -> tuple[str, str] | None:
     total = w * (w + 1) / 2
     for r, rec in enumerate(ranks):
         part = dg.field(rec, "g", dict)
-        if err := _fails(part):
+        if err := fault_text(part):
             return f"rank {r}: g {err}", "raised"
         pr = probe(p, r)
         shape = tuple(pr["gx"].shape)
@@ -135,7 +124,7 @@ def _g_case(ranks: list, w: int, p: dict) -> tuple[str, str] | None:
 def _shard_case(ranks: list, w: int, ref: dict) -> tuple[str, str] | None:
     for r, rec in enumerate(ranks):
         part = dg.field(rec, "shard", dict)
-        if err := _fails(part):
+        if err := fault_text(part):
             two = w != 2 and r >= 2 and "IndexError" in err
             return ((f"rank {r} of {w}: world size hard-coded to 2 (it {err})", "hard2") if two
                     else (f"rank {r}: {err}", "raised"))
@@ -166,7 +155,7 @@ def _shard_case(ranks: list, w: int, ref: dict) -> tuple[str, str] | None:
 
 def _mlp_cases(ranks: list, w: int, ref: dict) -> list[tuple[str, tuple[str, str] | None]]:
     parts = [dg.field(rec, "mlp", dict) for rec in ranks]
-    if errs := [(r, e) for r, p in enumerate(parts) if (e := _fails(p))]:
+    if errs := [(r, e) for r, p in enumerate(parts) if (e := fault_text(p))]:
         r, e = next(((r, e) for r, e in errs if "another rank" not in e), errs[0])
         bug = ("hard2", f"rank {r} of {w}: world size hard-coded to 2 ({e})") if (
             w != 2 and r >= 2 and "IndexError" in e) else ("raised", f"rank {r}: {e}")  # fmt: skip
@@ -240,7 +229,13 @@ def _collectives(parts: list, w: int, shape: tuple[int, ...]) -> tuple[str, str]
 
 
 def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
-    """The cases of one record: each check passes when it passes on every rank of every world size."""
+    """The cases of one record: each check passes when it passes on every rank of every world size.
+    (The reference seeds torch's RNG: the caller's stream is left as it was.)"""
+    with torch.random.fork_rng():
+        return _judge(record, params)
+
+
+def _judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
     ref, runs = _reference(params), dg.field(record, "runs", list)
     worlds = [int(w) for w in params["worlds"]]
     found: dict[str, list[tuple[int, tuple[str, str]]]] = {}
