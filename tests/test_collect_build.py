@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from labkit.course import regrade
+from labkit.course import regrade_code
 from labkit.course.collect import collect
 from labkit.practice import build
 from labkit.practice.build import zero1
@@ -51,7 +51,7 @@ def test_a_stored_pass_of_a_wrong_module_is_caught_by_the_rerun():
     wrong = (ROOT / "tests" / "build_wrong" / "zero1__sum_not_mean.py").read_text()
     summary = {"items": {zero1.KEY: {"kind": "coding", "tries": 1, "ever_right": True, "function": "zero1.py",
                                      "source": wrong}}}
-    flags, verdicts = regrade.coding_flags(summary, timeout_s=150)
+    flags, verdicts = regrade_code.coding_flags(summary, timeout_s=150)
     assert verdicts == {zero1.KEY: False}
     assert any("stored passing, re-run fails" in str(f) for f in flags), flags
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from labkit.course import collect as collect_mod
-from labkit.course import regrade, similarity
+from labkit.course import regrade, regrade_code, similarity
 from labkit.course.sandbox import Rerun
 from labkit.teach import checks, handin, journal
 
@@ -70,7 +70,7 @@ def book(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gradebook")
     (tmp / "class").mkdir()
     mp = pytest.MonkeyPatch()
-    mp.setattr(regrade, "run_submissions", stand_in)
+    mp.setattr(regrade_code, "run_submissions", stand_in)
     try:
         _student(tmp, mp, "ana", lambda: (checks.check("01.bytes_per_param", 18),
                                           checks.check("01.bytes_per_param", 16),
@@ -91,6 +91,9 @@ def book(tmp_path_factory):
         data["entries"].append({"kind": "coding", "key": "09.code.states_per_gpu", "event": "try", "answer": "fn",
                                 "ok": True, "detail": {"source": {"not": "text"}}})  # a malformed item
         hal.write_text(json.dumps(data))
+        _student(tmp, mp, "jon", lambda: (checks.predict("05.predict.mixed_bytes", 3),  # a reveal written by hand:
+                                          journal.record("prediction", "05.predict.mixed_bytes", 3, True,  # its
+                                                         event="reveal", truth=3, rel_tol=0.1)))  # chain holds
         (tmp / "class" / "ivy.json").write_text(json.dumps({"format": handin.FORMAT, "student": "ivy",
                                                             "entries": "no", "summary": [], "notebooks": 7}))
         rows = collect_mod.collect(tmp / "class", tmp / "out" / "new", timeout_s=5)
@@ -110,7 +113,7 @@ def test_out_is_made_and_every_file_written(book):
     assert sorted(p.name for p in out.iterdir()) == ["class.csv", "class.json", "flags.csv", "items.csv",
                                                      "similarity.csv"]
     assert [r["student"] for r in read("class.csv")] == sorted(rows) == ["ana", "bob", "cy", "dan", "eve", "fay",
-                                                                        "gus", "hal", "ivy"]
+                                                                        "gus", "hal", "ivy", "jon"]
 
 
 def test_coding_is_counted_from_the_rerun_never_from_the_handin(book):
@@ -147,7 +150,7 @@ def test_a_renamed_copy_of_the_key_is_flagged_and_the_natural_one_liner_is_not(b
     (copy,) = [f for f in flags if f["code"] == "KEY_COPY"]
     assert (copy["student"], copy["item"]) == ("fay", "02.build.zero1")
     assert similarity.normal(ONE_LINER).nodes < similarity.MIN_NODES <= similarity.normal(KEY_MODULE).nodes
-    assert regrade.copy_flags({"02.build.zero1": renamed_key(), "03.code.mlp_shards": ONE_LINER})[0].key == \
+    assert regrade_code.copy_flags({"02.build.zero1": renamed_key(), "03.code.mlp_shards": ONE_LINER})[0].key == \
         "02.build.zero1"
 
 
@@ -185,7 +188,15 @@ def test_the_command_line_makes_out_and_counts_no_code_it_did_not_run(book, tmp_
     _, _, out = book
     new = tmp_path / "grades" / "week1"
     assert main(["collect", str(out.parent.parent / "class"), "--out", str(new), "--no-rerun"]) == 0
-    assert "9 students in" in capsys.readouterr().out and (new / "items.csv").is_file()
+    assert "10 students in" in capsys.readouterr().out and (new / "items.csv").is_file()
     with open(new / "class.csv") as f:
         table = {r["student"]: r for r in csv.DictReader(f)}
     assert table["ana"]["coding_passed"] == "0" and "NOT_RERUN" in table["ana"]["flag_codes"]
+
+
+def test_a_reveal_whose_value_is_not_the_keys_is_judged_by_the_keys(book):
+    """jon wrote a reveal of his own guess as its truth, with an intact chain: judged against the key's 16."""
+    rows, read, _ = book
+    assert rows["jon"]["predictions_right"] == 0 and rows["jon"]["predictions_committed"] == 1
+    assert "TRUTH_DIFFERS" in rows["jon"]["flag_codes"] and "CHAIN_BREAK" not in rows["jon"]["flag_codes"]
+    assert rows["ana"]["predictions_right"] == 1 and "TRUTH_DIFFERS" not in rows["ana"]["flag_codes"]

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.course import gradebook, regrade, similarity
+from labkit.course import gradebook, regrade, regrade_code, similarity
 from labkit.errors import LabkitError
 from labkit.teach import handin, journal
 
@@ -103,13 +103,13 @@ def check_handin(data: dict, rerun_code: bool = True, timeout_s: float = 120.0, 
     flags = integrity_flags(data, summary)
     flags += [regrade.Flag("", b, "CHAIN_BREAK") for b in summary["journal"]["breaks"]]
     flags += regrade.exercise_flags(entries) + regrade.prediction_flags(entries) + regrade.design_flags(entries)
-    items, bad = regrade.coding_items(summary)
+    items, bad = regrade_code.coding_items(summary)
     reruns = None
     if rerun_code:
-        found, reruns = regrade.regrade_code(summary, timeout_s, unsafe)
+        found, reruns = regrade_code.regrade_code(summary, timeout_s, unsafe)
         flags += found
     else:
-        flags += bad + regrade.copy_flags({i["key"]: i["source"] for i in items})
+        flags += bad + regrade_code.copy_flags({i["key"]: i["source"] for i in items})
         flags += [regrade.Flag(i["key"], "not re-run (--no-rerun): not counted as passed", "NOT_RERUN")
                   for i in items]
     rows = gradebook.item_rows(student, entries, books, reruns, flags)

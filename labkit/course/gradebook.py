@@ -6,7 +6,8 @@ hand-in's journal lines into the long table of ``items.csv`` (:data:`ITEM_COLUMN
 registered item of every notebook handed in, answered or not:
 
 * a prediction by its committed guess, the one in force at its first reveal (from the journal's commit
-  and reveal lines, as :mod:`labkit.teach.predictions` rules), re-judged against the revealed value;
+  and reveal lines, as :mod:`labkit.teach.predictions` rules), re-judged against the revealed value, or
+  the key's where the two differ beyond the judge's tolerance (:func:`labkit.course.regrade.reveal_truth`);
 * a self-check or reasoning exercise by whether any try is right when labkit grades it again, its tries,
   and the hint steps its wrong tries showed before the first right one;
 * coding and build-it by the sandbox's re-run of the submitted source alone: a stored pass whose re-run

@@ -4,33 +4,29 @@
 * predictions: the stored guess against the revealed value, with the registry's tolerance;
 * design tasks: the stored panel settings set on a fresh panel, and the task's check run;
 * the capstone: the stored layout graded again by the advisor;
-* coding and build-it: the submitted source run again in the sandbox (:mod:`labkit.course.sandbox`); its
-  verdict is the re-run's, whatever the hand-in says; compared with the key's solution after normalising
-  both (:mod:`labkit.course.similarity`), only where the solution is long enough for a match to mean a copy.
+* coding and build-it: :mod:`labkit.course.regrade_code` (the sandbox's re-run, and a fair copy check).
 
 Each disagreement is a :class:`Flag` with a code (:data:`CODES`) and a message naming the record.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
+import functools
 import importlib
 import io
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.course import similarity
 from labkit.course.copies import ROOT
-from labkit.course.sandbox import Rerun, run_submissions
 from labkit.teach import journal, prediction_mistakes
 
 TOPICS = ("storage", "inter_layer", "intra_layer", "offload", "reduction", "resilience", "economics", "future",
           "advisor")
-KEY_FILE = ROOT / "instructor" / "key.py"
-BUILD_KEYS = ROOT / "instructor" / "build"  # the build-it exercises' reference modules
+PREDICTION_ANSWERS = ROOT / "instructor" / "predictions.json"  # what each reveal showed in the solved notebooks
 
 CODES = {
     "CHAIN_BREAK": "the journal's hash chain shows a line deleted, moved or edited, or no chain at all",
@@ -40,6 +36,7 @@ CODES = {
     "MALFORMED": "a hand-in or an item labkit cannot read; graded as not answered",
     "UNKNOWN_ITEM": "an item this labkit does not have",
     "REGRADED": "a stored verdict that labkit's re-grade does not give",
+    "TRUTH_DIFFERS": "a reveal whose value is not the key's (beyond the judge's tolerance): judged by the key's",
     "DESIGN_UNCONFIRMED": "a design or capstone stored as met that labkit's check does not confirm",
     "RERUN_DIFFERS": "submitted code whose re-run verdict differs from the stored one",
     "RERUN_ERROR": "submitted code that could not be re-run (a timeout, no verdict, a malformed reply)",
@@ -106,30 +103,68 @@ def exercise_flags(entries: list[journal.Entry]) -> list[Flag]:
     return flags
 
 
-def reveal_ok(e: journal.Entry) -> bool:
-    """Whether a reveal's guess is right against the value revealed with it, judged by the registry's tolerance."""
-    truth = e.detail.get("truth")
+def key_answers(path: Path = PREDICTION_ANSWERS) -> dict:
+    """The value each reveal showed when the solved notebooks were built (``instructor/predictions.json``;
+    {} without it, as in a student release)."""
+    try:
+        return _answers(str(path), Path(path).stat().st_mtime)
+    except OSError:
+        return {}
+
+
+@functools.lru_cache(maxsize=4)
+def _answers(path: str, _mtime: float) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _judge(key: str, guess: object, truth: object, detail: dict) -> bool:
     if isinstance(truth, int | float) and not isinstance(truth, bool):
-        g = _number(e.answer)
-        rules = prediction_mistakes.judging(e.key)  # the registry's tolerance, not the one the hand-in stores
+        g = _number(guess)
+        rules = prediction_mistakes.judging(key)  # the registry's tolerance, not the one the hand-in stores
         if rules is not None:
             tol = 0.0 if rules.exact else rules.rel_tol
         else:
-            tol = 0.0 if e.detail.get("exact") else (_number(e.detail.get("rel_tol", 0.1)) or 0.0)
+            tol = 0.0 if detail.get("exact") else (_number(detail.get("rel_tol", 0.1)) or 0.0)
         return g is not None and (g == truth if tol == 0 or truth == 0 else abs(g - truth) <= tol * abs(truth))
     if isinstance(truth, dict):
-        return isinstance(e.answer, dict) and all(e.answer.get(k) == v for k, v in truth.items())
-    return e.answer == truth
+        return isinstance(guess, dict) and all(guess.get(k) == v for k, v in truth.items())
+    return guess == truth
+
+
+def reveal_truth(e: journal.Entry) -> tuple[object, bool]:
+    """The value a reveal is judged against, and whether the hand-in's own differs from the key's: the one it
+    stores (its own run's measurement), unless the key's is not within the judge's tolerance of it (the
+    hand-in's is then not its measurement), when it is the key's."""
+    stored, key = e.detail.get("truth"), key_answers().get(e.key)
+    if key is None or _judge(e.key, stored, key, e.detail):
+        return stored, False
+    return key, True
+
+
+def reveal_ok(e: journal.Entry) -> bool:
+    """Whether a reveal's guess is right against its value (:func:`reveal_truth`), by the registry's tolerance."""
+    return _judge(e.key, e.answer, reveal_truth(e)[0], e.detail)
 
 
 def prediction_flags(entries: list[journal.Entry]) -> list[Flag]:
-    """Reveals whose stored verdict does not follow from the guess and the value revealed with it."""
+    """Reveals whose stored verdict does not follow from the guess and the value revealed, or whose revealed
+    value is not the key's."""
     flags = []
     for e in entries:
-        if e.kind == "prediction" and e.event == "reveal" and reveal_ok(e) != bool(e.ok):
-            ok = not e.ok
+        if e.kind != "prediction" or e.event != "reveal":
+            continue
+        truth, differs = reveal_truth(e)
+        if differs:
+            flags.append(Flag(e.key, f"revealed {e.detail.get('truth')!r}, where the key's run revealed {truth!r}: "
+                                     "judged against the key's", "TRUTH_DIFFERS"))
+        ok = reveal_ok(e)
+        if ok != bool(e.ok):
             flags.append(Flag(e.key, f"stored {'right' if e.ok else 'wrong'} for the guess {e.answer!r}, but it is "
-                                     f"{'right' if ok else 'wrong'} against {e.detail.get('truth')!r}"))
+                                     f"{'right' if ok else 'wrong'} against {truth!r}"))
     return flags
 
 
@@ -189,96 +224,3 @@ def design_flags(entries: list[journal.Entry]) -> list[Flag]:
             flags.append(Flag(e.key, f"stored as met with {e.answer!r}, but labkit's check says not met",
                               "DESIGN_UNCONFIRMED"))
     return flags
-
-
-def key_solutions(path: Path = KEY_FILE) -> dict[str, str]:
-    """Exercise id -> the source of the key's solution, read (never imported) from key.py."""
-    if not Path(path).is_file():
-        return {}
-    text = Path(path).read_text()
-    tree = ast.parse(text)
-    sources = {n.name: ast.get_source_segment(text, n) or "" for n in tree.body if isinstance(n, ast.FunctionDef)}
-    names = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "REFERENCES" for t in node.targets):
-            if isinstance(node.value, ast.Dict):
-                names = {k.value: v.id for k, v in zip(node.value.keys, node.value.values, strict=True)
-                         if isinstance(k, ast.Constant) and isinstance(v, ast.Name)}  # fmt: skip
-    return {key: sources[name] for key, name in names.items() if name in sources}
-
-
-def build_solutions(folder: Path = BUILD_KEYS) -> dict[str, str]:
-    """Build-it key -> the source of its reference module in ``instructor/build/`` (read, never imported)."""
-    from labkit.practice.build import BUILDS
-
-    return {key: (Path(folder) / ex.stub).read_text() for key, ex in BUILDS.items()
-            if (Path(folder) / ex.stub).is_file()}  # fmt: skip
-
-
-def copy_flags(sources: dict[str, str]) -> list[Flag]:
-    """Submitted sources (``{key: source}``) that are the key's solution once normalised, where that means a copy."""
-    modules = build_solutions()
-    keys = key_solutions() | modules
-    return [Flag(k, f"the submitted {'module' if k in modules else 'source'} is the instructor key's solution "
-                    "with only names, docstrings, comments, annotations or layout changed", "KEY_COPY")
-            for k, src in sources.items() if k in keys and similarity.is_key_copy(src, keys[k])]  # fmt: skip
-
-
-def rerun(items: list[dict], timeout_s: float = 120.0, unsafe: bool = False) -> dict[str, Rerun]:
-    """Each item's re-run verdict, by key: a reply for a key not asked is ignored; an item with no reply, two
-    replies or a verdict that is not a bool is an error (``ok=None``: not passed), never a crash."""
-    if not items:
-        return {}
-    kwargs = {"unsafe": True} if unsafe else {}
-    replies = run_submissions(items, timeout_s, **kwargs)
-    wanted, out, seen = {i["key"] for i in items}, {}, {}
-    for r in replies if isinstance(replies, list) else []:
-        key = getattr(r, "key", None)
-        if key not in wanted:
-            continue
-        seen[key] = seen.get(key, 0) + 1
-        ok = getattr(r, "ok", None)
-        out[key] = Rerun(key, ok if isinstance(ok, bool) else None, str(getattr(r, "message", "") or ""))
-    for key, n in seen.items():
-        if n > 1:
-            out[key] = Rerun(key, None, f"the sandbox gave {n} verdicts for it: none counts")
-    return {i["key"]: out.get(i["key"], Rerun(i["key"], None, "the sandbox gave no verdict for it")) for i in items}
-
-
-def coding_items(summary: dict) -> tuple[list[dict], list[Flag]]:
-    """The coding and build-it answers to re-run (``{"key", "function", "source"}``), and those that cannot be."""
-    items, flags = [], []
-    for k, v in summary.get("items", {}).items():
-        if not isinstance(v, dict) or v.get("kind") != "coding" or not v.get("tries"):
-            continue
-        source, function = v.get("source", ""), v.get("function")
-        if not isinstance(source, str) or not (function is None or isinstance(function, str)):
-            flags.append(Flag(k, "its source is not text: not re-run, not passed", "MALFORMED"))
-            continue
-        items.append({"key": k, "function": function, "source": source})
-    return items, flags
-
-
-def regrade_code(summary: dict, timeout_s: float = 120.0, unsafe: bool = False
-                 ) -> tuple[list[Flag], dict[str, Rerun]]:
-    """Run each coding answer's source again in the sandbox: the flags (a changed verdict, a copy of the key,
-    an error, a source that is not text) and the re-run's verdicts by key."""
-    items, flags = coding_items(summary)
-    flags += copy_flags({i["key"]: i["source"] for i in items})
-    reruns = rerun(items, timeout_s, unsafe)
-    for key, r in reruns.items():
-        stored = bool(summary["items"][key].get("ever_right"))
-        if r.ok is None:
-            flags.append(Flag(key, f"could not be re-run: {r.message}", "RERUN_ERROR"))
-        elif r.ok != stored:
-            first = r.message.splitlines()[0] if r.message else ""
-            flags.append(Flag(key, f"stored {'passing' if stored else 'failing'}, re-run "
-                                   f"{'passes' if r.ok else 'fails'} ({first})", "RERUN_DIFFERS"))
-    return flags, reruns
-
-
-def coding_flags(summary: dict, timeout_s: float = 120.0, unsafe: bool = False
-                 ) -> tuple[list[Flag], dict[str, bool | None]]:
-    """:func:`regrade_code`'s flags, and its verdicts as bools (None: it could not be re-run)."""
-    flags, reruns = regrade_code(summary, timeout_s, unsafe)
-    return flags, {k: r.ok for k, r in reruns.items()}
