@@ -27,6 +27,10 @@ class ChannelError(RuntimeError):
     """The child's reply is missing, malformed or out of turn (its code wrote something else, or died)."""
 
 
+class Ended(ChannelError):
+    """The pipe closed: the child ended (exited, was killed) before its reply was whole."""
+
+
 class ReplyTimeout(ChannelError):
     """No reply before the deadline: the learner's code is still running (a loop, a wait that never ends)."""
 
@@ -68,7 +72,7 @@ def read_reply(fd: int, seq: int, deadline: float) -> dict:
     """Grader side: the reply to request ``seq``, read as plain data before ``deadline`` (time.monotonic)."""
     head = _read_exact(fd, HEADER, deadline)
     if head is None:
-        raise ChannelError("the sandboxed process ended without replying")
+        raise Ended("the sandboxed process ended without replying")
     kind, size = head[:1], int.from_bytes(head[1:], "big")
     if kind not in (b"J", b"T"):
         raise ChannelError(f"the reply is not a frame of this channel (kind byte {kind!r})")
@@ -76,7 +80,7 @@ def read_reply(fd: int, seq: int, deadline: float) -> dict:
         raise ChannelError(f"the reply is {size:,} bytes, over the limit of {MAX_REPLY_BYTES:,}")
     body = _read_exact(fd, size, deadline)
     if body is None:
-        raise ChannelError("the reply was cut short (the sandboxed process ended mid-write)")
+        raise Ended("the reply was cut short (the sandboxed process ended mid-write)")
     try:
         if kind == b"J":
             message = json.loads(body)

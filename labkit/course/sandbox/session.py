@@ -128,6 +128,12 @@ class Session:
         try:
             return channel.read_reply(self._rep, seq, deadline)
         except channel.ChannelError as err:
+            if isinstance(err, channel.Ended):  # let bwrap pass the exit code on, and the log its last lines
+                try:
+                    self.proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    pass
+                time.sleep(0.05)
             why = self.watchdog.reason
             raise type(err)(f"{err}; the sandbox was stopped: {why}" if why else f"{err} ({self.ended()})") from None
 
@@ -148,7 +154,9 @@ class Session:
                signal.SIGKILL: "it was killed"}.get(number)  # fmt: skip
         if why is None and number:
             why = f"it was killed by signal {number}"
-        return f"{why} (exit code {code})" if why else f"it exited with code {code}"
+        said = next((ln.strip() for ln in reversed(self.log.splitlines()) if ln.strip()), "")
+        said = f"; its last words: {said[:200]!r}" if said else ""
+        return (f"{why} (exit code {code})" if why else f"it exited with code {code}") + said
 
     def _kill(self) -> None:
         """SIGKILL the namespace's first process (the kernel then kills all of it; bwrap, its parent, reaps it
