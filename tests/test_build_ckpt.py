@@ -5,6 +5,8 @@ yet" without a process.
 Cost: the reference's whole check (round trips on 2 and 4 ranks, two SIGKILL runs, one loading child: about 12 s on
 2 cores); the independent module and the five mutants share one round-trip launch per world size and one loading
 child (about 8 s); the kill alone catches an uncoordinated commit (one more kill run and load, about 5 s).
+The hidden runs (instructor/build/hidden.json), reference and independent module:
+one round trip on 3 ranks and a loading child, about 2 s.
 """
 
 from __future__ import annotations
@@ -102,3 +104,15 @@ def test_a_malformed_record_fails_as_one_case():
     for bad in ({}, {"load": {"world": 1, "ranks": [{"loads": {}, "evil": {}, "weights_only": []}]}}):
         cases = build.judge_record(sharded_ckpt.KEY, bad, params)
         assert len(cases) == 1 and not cases[0].ok, _text(cases)
+
+
+@pytest.mark.procs
+def test_reference_and_independent_module_pass_the_hidden_runs():
+    params = build.draw_params(sharded_ckpt.KEY, seed=6)
+    hidden = build.hidden_params(sharded_ckpt.KEY, params)
+    assert hidden and all(p["hidden"] for p in hidden)
+    for p in hidden:
+        records = sharded_ckpt.collect_many([REFERENCE, ALT], p, kills=False)  # the reference's test runs kills
+        for label, rec in zip(["reference", "independent"], records, strict=True):
+            cases = build.judge_record(sharded_ckpt.KEY, rec, p)
+            assert cases and all(c.ok for c in cases), (label, _text(cases))

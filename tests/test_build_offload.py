@@ -3,6 +3,8 @@ the reference (tests/build_mutate.py), fails with its own name; the stub is "not
 
 Cost: one child process for the reference, the independent module and the four mutants together (about 3 s on
 2 cores), the benchmark in one more (about 2 s), the rest without processes.
+The hidden runs (instructor/build/hidden.json), reference and independent module:
+one more child, under 1 s.
 """
 
 from __future__ import annotations
@@ -86,3 +88,15 @@ def test_benchmark_writes_the_predicted_bytes():
     assert [r["run"] for r in rows] == ["no offload", "yours (files)"], rows
     assert rows[0]["bytes written per step"] == 0
     assert rows[1]["bytes written per step"] == rows[1]["predicted bytes"] > 0
+
+
+@pytest.mark.procs
+def test_reference_and_independent_module_pass_the_hidden_runs():
+    params = build.draw_params(act_offload.KEY, seed=6)
+    hidden = build.hidden_params(act_offload.KEY, params)
+    assert hidden and all(p["hidden"] for p in hidden)
+    for p in hidden:
+        records = act_offload.collect_many([REFERENCE, ALT], p)
+        for label, rec in zip(["reference", "independent"], records, strict=True):
+            cases = build.judge_record(act_offload.KEY, rec, p)
+            assert cases and all(c.ok for c in cases), (label, _text(cases))

@@ -3,6 +3,8 @@ named edit of the reference (tests/build_mutate.py), fails with its own name; th
 
 Cost: one child process for the reference, the independent module and the four mutants together (about 3 s on
 2 cores); the predictions and the stub without processes.
+The hidden runs (instructor/build/hidden.json), reference and independent module:
+one more child, under 1 s.
 """
 
 from __future__ import annotations
@@ -74,3 +76,15 @@ def test_a_malformed_record_fails_as_one_case():
     for bad in ({}, {"world": 1, "ranks": [{"out": 3}]}, {"world": 1, "ranks": [{}, {}]}):
         cases = build.judge_record(sr.KEY, bad, params)
         assert len(cases) == 1 and not cases[0].ok, _text(cases)
+
+
+@pytest.mark.procs
+def test_reference_and_independent_module_pass_the_hidden_runs():
+    params = build.draw_params(sr.KEY, seed=6)
+    hidden = build.hidden_params(sr.KEY, params)
+    assert hidden and all(p["hidden"] for p in hidden)
+    for p in hidden:
+        records = sr.collect_many([REFERENCE, ALT], p)
+        for label, rec in zip(["reference", "independent"], records, strict=True):
+            cases = build.judge_record(sr.KEY, rec, p)
+            assert cases and all(c.ok for c in cases), (label, _text(cases))

@@ -3,6 +3,8 @@ edit of the reference (tests/build_mutate.py), fails with its own name; the stub
 
 Cost: one launch per world size for the reference, the independent module and six mutants together (about 10 s
 on 2 cores); the stub and the malformed records without processes.
+The hidden runs (instructor/build/hidden.json), reference and independent module:
+one 2-rank launch, about 2 s.
 """
 
 from __future__ import annotations
@@ -85,3 +87,15 @@ def test_shapes_are_divisible_by_every_world():
     for seed in range(20):
         p = sp_block.draw(seed)
         assert all(p["n_head"] % w == 0 and p["seq"] % w == 0 for w in p["worlds"])
+
+
+@pytest.mark.procs
+def test_reference_and_independent_module_pass_the_hidden_runs():
+    params = build.draw_params(sp_block.KEY, seed=6)
+    hidden = build.hidden_params(sp_block.KEY, params)
+    assert hidden and all(p["hidden"] for p in hidden)
+    for p in hidden:
+        records = sp_collect.collect_many([REFERENCE, ALT], p)
+        for label, rec in zip(["reference", "independent"], records, strict=True):
+            cases = build.judge_record(sp_block.KEY, rec, p)
+            assert cases and all(c.ok for c in cases), (label, _text(cases))

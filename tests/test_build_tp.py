@@ -4,6 +4,8 @@ a named edit of the reference (tests/build_mutate.py), fails with its own name; 
 Cost: one launch per world size for the reference, the independent module and eight mutants together (about
 15-20 s on 2 cores), one mutant whose collective only rank 0 calls (gloo stops the group at once: about 3 s),
 the benchmark on 2 ranks (about 4 s), the stub and the malformed records without processes.
+The hidden runs (instructor/build/hidden.json), reference and independent module:
+one 3-rank launch, about 4 s.
 """
 
 from __future__ import annotations
@@ -105,3 +107,15 @@ def test_benchmark_bytes_match_the_prediction_for_both_engines():
     assert [r["engine"] for r in rows] == ["yours", "torch DTensor"], rows
     for r in rows:
         assert r["bytes all-reduced"] == r["predicted bytes"], rows
+
+
+@pytest.mark.procs
+def test_reference_and_independent_module_pass_the_hidden_runs():
+    params = build.draw_params(tp_layers.KEY, seed=6)
+    hidden = build.hidden_params(tp_layers.KEY, params)
+    assert hidden and all(p["hidden"] for p in hidden)
+    for p in hidden:
+        records = tp_collect.collect_many([REFERENCE, ALT], p)
+        for label, rec in zip(["reference", "independent"], records, strict=True):
+            cases = build.judge_record(tp_layers.KEY, rec, p)
+            assert cases and all(c.ok for c in cases), (label, _text(cases))
