@@ -3,7 +3,8 @@ folder, leaves no process, and the honest items beside it keep their verdicts.
 
 Real processes (bubblewrap sandboxes). One batch of sixteen items (``tests/hostile/*.py`` as answers to
 notebook 09's coding exercise, whose test is instant) runs once for the module, about 12 s on 2 cores, most of
-it the looping answer's 4 s limit; the user-namespace batch about 2 s. Skipped where no sandbox works.
+it the looping answer's 4 s limit; the user-namespace batch about 2 s; a whole collect of two hand-ins about
+10 s (2.5 of it waiting for a daemon that must not come). Skipped where no sandbox works.
 """
 
 from __future__ import annotations
@@ -155,3 +156,27 @@ def test_the_user_namespace_path_holds_too(monkeypatch):
     assert got[1].ok is False and "FileNotFoundError" in got[1].message, got[1].message
     assert got[2].ok is True, got[2].message
     assert survivors(list(sandbox.COSTS)) == []
+
+
+def test_collect_finishes_for_the_class_beside_a_hostile_hand_in(tmp_path, monkeypatch):
+    """Through the whole collect: mallory's answer forges verdicts, patches check_code and leaves a daemon that
+    would rewrite class.csv; alice's honest answer keeps its verdict, and class.csv stays as collect wrote it."""
+    import csv
+
+    from labkit.course.collect import collect
+    from labkit.teach import handin, journal
+
+    hostile = "".join((HOSTILE / f"{n}.py").read_text() for n in ("patch_check_code", "fake_verdict"))
+    hostile += (HOSTILE / "setsid_daemon.py").read_text().replace("@CLASS_CSV@", str(tmp_path / "class.csv"))
+    (tmp_path / "handins").mkdir()
+    for name, item in (("alice", honest()), ("mallory", {"source": hostile, "function": "states_per_gpu"})):
+        monkeypatch.setenv("LABKIT_JOURNAL", str(tmp_path / f"{name}.jsonl"))
+        journal.record("coding", KEY, item["function"], True, "", source=item["source"], failed=[])
+        handin.export_answers(tmp_path / "handins" / f"{name}.json", student=name)
+    rows = {r["student"]: r for r in collect(tmp_path / "handins", tmp_path, timeout_s=20)}
+    written = (tmp_path / "class.csv").read_text()
+    time.sleep(2.5)  # the daemon's moment, had it survived
+    assert (tmp_path / "class.csv").read_text() == written
+    table = {r["student"]: r for r in csv.DictReader(open(tmp_path / "class.csv"))}
+    assert table["alice"]["coding_passed"] == "1" and table["mallory"]["coding_passed"] == "0", table
+    assert rows["mallory"]["coding_passed"] == 0 and survivors(list(sandbox.COSTS)) == []
