@@ -76,6 +76,18 @@ def test_an_oversized_or_late_reply_is_refused_unread():
         channel.read_reply(r2, 1, time.monotonic() + 0.05)
 
 
+def test_a_value_is_sent_back_as_the_plain_types_the_grader_reads():
+    import collections
+
+    import numpy as np
+
+    pair = collections.namedtuple("Pair", "a b")
+    got = channel.plain({"x": pair(np.float64(1.5), np.arange(3)), "s": frozenset({1}),
+                         "p": torch.nn.Parameter(torch.ones(2))})
+    assert got["x"][0] == 1.5 and type(got["x"]) is tuple and torch.equal(got["x"][1], torch.arange(3))
+    assert got["s"] == {1} and type(got["p"]) is torch.Tensor
+
+
 def test_without_a_sandbox_nothing_runs_unless_the_instructor_says_so(monkeypatch):
     monkeypatch.setattr(sandbox, "probe", lambda: (None, "no bwrap binary"))
     item = reference("09.code.states_per_gpu")

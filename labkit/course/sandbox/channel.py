@@ -107,9 +107,9 @@ def plain(value: Any, depth: int = 0) -> Any:
         return value
     if isinstance(value, dict):
         return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
+    if isinstance(value, list | tuple | set | frozenset):  # a namedtuple or a subclass: its base type
         items = [plain(v, depth + 1) for v in value]
-        return type(value)(items) if not isinstance(value, frozenset) else set(items)
+        return items if isinstance(value, list) else tuple(items) if isinstance(value, tuple) else set(items)
     kind = type(value).__module__
     if kind == "numpy":
         import torch
