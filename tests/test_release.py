@@ -69,7 +69,8 @@ def test_the_release_leaves_out_the_key_its_printer_and_the_instructors_files(re
     files = {str(p.relative_to(release)) for p in release.rglob("*") if p.is_file()}
     assert "labkit/teach/journal.py" in files and "datasets/hardware.toml" in files  # what a student runs
     assert "labkit/practice/build/harness.py" in files  # the build-it judge stays: it checks the student's module
-    for gone in ("labkit/course/key.py", "labkit/course/collect.py", "labkit/course/regrade.py"):
+    for gone in ("labkit/course/key.py", "labkit/course/collect.py", "labkit/course/regrade.py",
+                 "labkit/course/regrade_code.py", "labkit/course/gradebook.py"):
         assert gone not in files
     assert not any(f.startswith(("instructor", "tests", "labkit/course/sandbox")) for f in files)
     assert not any(Path(f).name in ("hidden.json", "predictions.json", "key.py") for f in files)
@@ -87,6 +88,10 @@ def test_the_release_cannot_print_the_key(release):
                              env=env, cwd=release, timeout=120)
         assert out.returncode == 2 and "a student release leaves it out" in out.stderr, out.stderr
         assert len(out.stderr.splitlines()) == 1 and "tolerance" not in out.stdout
+    made = subprocess.run([sys.executable, "-m", "labkit.course", "update", "--src", str(release / "labs"), "--dst",
+                           str(release / "my-labs")], capture_output=True, text=True, env=env, cwd=release,
+                          timeout=120)  # what the release's `make lab` runs: it works without the instructor's tools
+    assert made.returncode == 0 and "10 new" in made.stdout, made.stderr
 
 
 KNOWN = {"05.fp16_max": "fp16's largest finite value: a constant of the format, which labkit.reduction.precision "
