@@ -2,10 +2,10 @@
 yet" without processes, and each typical bug (a named edit of the reference, tests/build_mutate.py) fails with its
 own name and no other's.
 
-Cost: about 30-45 s on two loaded cores. Each check starts process groups from labkit.dist's forkserver (about
-1-3 s a group here): the two passing modules run on 2 and 4 ranks (the independent one on the hidden 3 too), each
-mutant on 2 ranks only (on 2 and 4 for the world size hard-coded to 2), judged from collect_record and
-judge_record.
+Cost: about 12 s on two loaded cores when labkit.dist's forkserver preloads the build package and torch._dynamo
+(records._preload does when it starts it; about 60 s when another test started it without them: 2-4 s a group).
+The two passing modules run on 2 and 4 ranks (the independent one on the hidden 3 too), each mutant on 2 ranks
+only (on 2 and 4 for the world size hard-coded to 2), judged from collect_record and judge_record.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ written yet" without processes, and ZeRO-2's own bugs (named edits of the refere
 with their own names. The bugs ZeRO-2 shares with ZeRO-1 (sum, ignored arguments, ...) are judged by the same
 code (labkit.practice.build.zero_judge) and tested in test_build_zero1.py.
 
-Cost: about 15-25 s on two loaded cores (process groups from the forkserver, 1-3 s each; mutants on 2 ranks).
+Cost: about 3 s on two loaded cores with the forkserver's preload (records._preload), about 25 s without it;
+the mutants run on 2 ranks only.
 """
 
 from __future__ import annotations
