@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from labkit.practice.build.feedback import check_build  # noqa: F401 - draw, collect, judge, feedback, journal
 from labkit.practice.build.harness import (  # noqa: F401 - the package's API, as notebooks call it
     BUILDS,
     BuildExercise,
-    check_build,
     collect_record,
     draw_params,
     hidden_params,

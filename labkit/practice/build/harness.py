@@ -14,13 +14,9 @@ Stanford CS336's second assignment (write the sharded optimizer, then benchmark 
 from __future__ import annotations
 
 import ast
-import importlib.util
-import itertools
 import json
 import random
 import shutil
-import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +25,11 @@ from typing import Any
 from labkit import dist as ldist
 from labkit.errors import LabkitError, require_choice
 from labkit.practice.build.diagnosis import BadRecord
+from labkit.practice.build.records import learner_frames, load_module  # noqa: F401 - the harness API, rank side
 from labkit.practice.coding import Case, CodingExercise, register
 
 STUBS = Path(__file__).resolve().parent / "stubs"
 HIDDEN = Path(__file__).resolve().parents[3] / "instructor" / "build" / "hidden.json"  # not in the student release
-_loaded = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -86,21 +82,6 @@ def open_stub(key: str, folder: str | Path = ".") -> Path:
     return target
 
 
-def load_module(path: str | Path) -> types.ModuleType:
-    """Import the learner's module from its file under a fresh name (a re-run after an edit sees the edit)."""
-    path = Path(path)
-    if path.suffix != ".py" or not path.is_file():
-        raise LabkitError(f"path must be an existing .py file (got {str(path)!r})")
-    name = f"labkit_build_{path.stem}_{next(_loaded)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise LabkitError(f"path must be a Python module (cannot load {str(path)!r})")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def normal_source(source: str) -> str | None:
     """The module's syntax tree without docstrings: equal for a copy, whatever its comments and layout."""
     try:
@@ -119,15 +100,6 @@ def is_blank(key: str, source: str) -> bool:
     """Whether ``source`` is still the stub as handed out (nothing written yet)."""
     mine = normal_source(source)
     return mine is not None and mine == normal_source((STUBS / BUILDS[key].stub).read_text())
-
-
-def learner_frames(remote_traceback: str, path: str | Path) -> str:
-    """The traceback lines inside the learner's file: where in THEIR code it raised."""
-    name = Path(path).name
-    lines = remote_traceback.splitlines()
-    picked = [f"{ln.strip()} -> {lines[i + 1].strip()}" for i, ln in enumerate(lines[:-1])
-              if name in ln and "File" in ln]  # fmt: skip
-    return "; ".join(picked[-2:])
 
 
 def launch(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout: float = 40.0,
@@ -229,6 +201,3 @@ def cases_of(key: str, path: Path, seed: int | None = None, hidden: bool = False
         got = judge_record(key, record, p)
         cases += got if i == 0 else [Case(f"hidden {i}: {c.name}", c.ok, c.detail, c.hints) for c in got]
     return cases
-
-
-from labkit.practice.build.feedback import check_build  # noqa: E402, F401 - the check, built on the above

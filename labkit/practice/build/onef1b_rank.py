@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from labkit.practice.build.records import OpLog, recording
+from labkit.practice.build.records import OpLog, load_module, recording
 
 MAX_FORWARDS = 64  # inputs kept per rank: m forwards in an honest run (m <= 8 here)
 
@@ -122,8 +122,6 @@ def _schedules(mod: Any, asked: list) -> list:
 
 def onef1b_rank(rank: int, world_size: int, log: OpLog, path: str, params: dict, m: int) -> dict[str, Any]:
     """(Runs in a rank, UNTRUSTED.) The learner's executor on this rank's watched stage; what it executed."""
-    from labkit.practice.build.harness import load_module
-
     with recording(log):
         mod = load_module(path)
     asked = _schedules(mod, params["ask"]) if rank == 0 and params.get("ask") else None

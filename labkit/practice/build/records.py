@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
+import itertools
 import os
 import re
+import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from labkit import dist as ldist
+from labkit.errors import LabkitError
 
 MAX_OPS = 4000  # per rank: far above any honest step of the exercises (tens of calls)
 STDERR_TAIL = 4000  # characters of a rank's stderr kept in the record
@@ -35,6 +40,31 @@ COLLECTIVES = ("all_reduce", "reduce_scatter_single", "reduce_scatter_tensor", "
                "all_gather_single", "all_gather_into_tensor", "all_gather", "broadcast", "barrier", "reduce",
                "all_to_all_single", "scatter", "gather")
 _active: list[Any] = []  # the op log of this rank while recording (one at most)
+_loaded = itertools.count()
+
+
+def load_module(path: str | Path) -> types.ModuleType:
+    """Import the learner's module from its file under a fresh name (a re-run after an edit sees the edit)."""
+    path = Path(path)
+    if path.suffix != ".py" or not path.is_file():
+        raise LabkitError(f"path must be an existing .py file (got {str(path)!r})")
+    name = f"labkit_build_{path.stem}_{next(_loaded)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise LabkitError(f"path must be a Python module (cannot load {str(path)!r})")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def learner_frames(remote_traceback: str, path: str | Path) -> str:
+    """The traceback lines inside the learner's file: where in THEIR code it raised."""
+    name = Path(path).name
+    lines = remote_traceback.splitlines()
+    picked = [f"{ln.strip()} -> {lines[i + 1].strip()}" for i, ln in enumerate(lines[:-1])
+              if name in ln and "File" in ln]  # fmt: skip
+    return "; ".join(picked[-2:])
 
 
 class OpLog:
@@ -183,8 +213,6 @@ def _tail(path: Path) -> str:
 
 
 def _failure(err: Exception, path: str | Path) -> dict[str, Any]:
-    from labkit.practice.build.harness import learner_frames
-
     if isinstance(err, ldist.WorkerTimeout):
         return {"kind": "timeout", "message": str(err), "learner_frames": "", "ranks": list(err.ranks)}
     remote = getattr(err, "remote_traceback", "")

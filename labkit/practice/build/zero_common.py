@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.practice.build.records import OpLog, recording
+from labkit.practice.build.records import OpLog, load_module, recording
 
 STEPS, ROWS, IN = 3, 24, 8  # 24 rows: an equal slice on 2, 3 and 4 ranks (the mean of the means is the mean)
 MOMENT_BYTES = 8  # exp_avg and exp_avg_sq in fp32 (ZeRO's K = 8 for fp32 training without master weights)
@@ -70,8 +70,6 @@ def _inner(opt: Any, cls: str) -> torch.optim.Optimizer:
 
 def zero_rank(rank: int, world_size: int, log: OpLog, path: str, params: dict, cls: str) -> dict[str, Any]:
     """(Runs in a rank, UNTRUSTED.) Train with the learner's ``cls``; record what it did, step by step."""
-    from labkit.practice.build.harness import load_module
-
     with recording(log):
         mod = load_module(path)
     asked = _bounds(mod, params["bounds"]) if rank == 0 and params.get("bounds") else None

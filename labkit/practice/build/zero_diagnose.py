@@ -15,6 +15,7 @@ import torch
 
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.zero_common import flat, mlp, numel_of, padded
+from labkit.practice.build.zero_reference import TOL, grad_at, pad, ratio, traffic, trajectory
 from labkit.practice.coding import Case
 
 BUGS: dict[str, tuple[str, tuple[str, str]]] = {
@@ -107,10 +108,8 @@ def _per_rank_ok(reps: list[dict], mean: torch.Tensor, shard: int) -> list[bool]
     return out
 
 
-def diagnose(run: dict, reps: list[dict], ref: list, params: dict, stage: int, ratio: tuple | None) -> Case:
+def diagnose(run: dict, reps: list[dict], ref: list, params: dict, stage: int, fit: tuple | None) -> Case:
     """The one case naming the bug the evidence shows (or, if none fits, which rank and shard differ)."""
-    from labkit.practice.build.zero_judge import TOL, _pad, _ratio, grad_at, traffic, trajectory
-
     n, numel = run["world"], numel_of(params["width"])
     big, shard = padded(numel, n), padded(numel, n) // n
     inner = [r["inner_numel"] for r in reps]
@@ -129,12 +128,12 @@ def diagnose(run: dict, reps: list[dict], ref: list, params: dict, stage: int, r
     apart = max(float((r["params"][-1] - reps[0]["params"][-1]).abs().max()) for r in reps)
     if "all_gather" not in kinds or apart > 0:
         return _bug(n, "no_allgather", f"the step ran {sorted(kinds)}; the ranks' parameters differ by {apart:.3g}")
-    mean = _pad(ref[0][1], big)
-    if ratio is not None and ratio[1] < 1e-3:
-        if abs(ratio[0] - n) < 1e-3 * n:
-            return _bug(n, "sum", f"AdamW saw {ratio[0]:.4g} x the mean gradient (N = {n})")
-        if abs(ratio[0] - 1 / n) < 1e-3:
-            return _bug(n, "averaged_twice", f"AdamW saw {ratio[0]:.4g} x the mean gradient, 1/N (N = {n})")
+    mean = pad(ref[0][1], big)
+    if fit is not None and fit[1] < 1e-3:
+        if abs(fit[0] - n) < 1e-3 * n:
+            return _bug(n, "sum", f"AdamW saw {fit[0]:.4g} x the mean gradient (N = {n})")
+        if abs(fit[0] - 1 / n) < 1e-3:
+            return _bug(n, "averaged_twice", f"AdamW saw {fit[0]:.4g} x the mean gradient, 1/N (N = {n})")
     ok = _per_rank_ok(reps, mean, shard)
     if stage == 2 and ok[0] and not all(ok):
         wrong = [r for r, good in enumerate(ok) if not good]
@@ -145,13 +144,13 @@ def diagnose(run: dict, reps: list[dict], ref: list, params: dict, stage: int, r
         return _bug(n, "stale", "after step 1 the parameters are still the initial ones (the reference's "
                     "previous step): the all-gather ran before AdamW's step")
     if all(ok) and params["steps"] >= 2:
-        g1 = _pad(grad_at(first, params, 1), big)
+        g1 = pad(grad_at(first, params, 1), big)
         fresh = [g1[r * shard:(r + 1) * shard] for r in range(n)]
         seen = [rep["inner_grad"][1] for rep in reps]
         if all(s.shape == f.shape for s, f in zip(seen, fresh, strict=True)):
             left = torch.cat([s - f for s, f in zip(seen, fresh, strict=True)])  # what step 2 saw beyond its own
             before = torch.cat([rep["inner_grad"][0] for rep in reps])
-            c, rest = _ratio([left], [before])
+            c, rest = ratio([left], [before])
             if c > 0.05 and rest < 1e-3:
                 return _bug(n, "accumulated", f"step 2's gradient is its own plus {c:.3g} x step 1's: it grows "
                             "across steps (never reset)")

@@ -3,80 +3,17 @@ named (Rajbhandari et al., "ZeRO", SC 2020: stage 1 shards the optimizer states,
 in fp32; stage 2 the gradients too, 4 Psi + (4 + 8) Psi / N; both move 2 Psi per step).
 
 Nothing here imports the learner's module: the record is plain data from :func:`zero_common.zero_rank`, read
-strictly. The reference is torch's own ``AdamW`` on the whole batch with the drawn hyperparameters. The learner's
-mean over ranks is summed in another order than the whole batch's mean, so parameters are compared within
-:data:`TOL` (measured: at most about 1e-7 on 2 and 4 ranks with the drawn eps >= 5e-4, which keeps Adam's
-g / (sqrt(v) + eps) from amplifying the last bits of a near-zero gradient).
+strictly. The reference is torch's own ``AdamW`` on the whole batch with the drawn hyperparameters
+(:mod:`labkit.practice.build.zero_reference`, parameters compared within its ``TOL``).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-from torch import nn
-
 from labkit.practice.build import diagnosis as dg
-from labkit.practice.build.zero_common import MOMENT_BYTES, batch, flat, mlp, numel_of, padded
+from labkit.practice.build.zero_common import MOMENT_BYTES, numel_of, padded
+from labkit.practice.build.zero_diagnose import FAULT_HINTS, bounds_cases, diagnose, failed_run
+from labkit.practice.build.zero_reference import TOL, pad, ratio, traffic, trajectory
 from labkit.practice.coding import Case
-
-TOL = 2e-6
-KINDS = {"reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-         "reduce_scatter": "reduce_scatter", "all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
-         "all_gather": "all_gather", "all_reduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast"}
-DEFAULTS = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01}
-
-
-def trajectory(params: dict, **override: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(parameters after step k, the whole batch's mean gradient that step used) with torch's AdamW."""
-    hp = {k: params[k] for k in DEFAULTS} | override
-    model = mlp(params["width"], params["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=hp["lr"], betas=tuple(hp["betas"]), eps=hp["eps"],
-                            weight_decay=hp["weight_decay"], foreach=False)
-    out = []
-    for step in range(params["steps"]):
-        x, y = batch(params["seed"], step)
-        opt.zero_grad(set_to_none=True)
-        nn.functional.mse_loss(model(x), y).backward()
-        grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        opt.step()
-        out.append((flat(model).clone(), grad.clone()))
-    return out
-
-
-def grad_at(theta: torch.Tensor, params: dict, step: int) -> torch.Tensor:
-    """The whole batch's mean gradient of step ``step`` at parameters ``theta`` (the learner's own trajectory)."""
-    model = mlp(params["width"], params["seed"])
-    torch.nn.utils.vector_to_parameters(theta.to(torch.float32), model.parameters())
-    x, y = batch(params["seed"], step)
-    nn.functional.mse_loss(model(x), y).backward()
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-
-
-def traffic(run: dict, rank: int, step: int) -> dict[str, int]:
-    """Elements per collective kind that ``rank`` ran in step ``step`` (its backward and its optimizer step)."""
-    out: dict[str, int] = {}
-    inside = False
-    for op in run["ops"][rank]:
-        name = op[0]
-        if name == f"mark:backward{step}":
-            inside = True
-        elif name == f"mark:done{step}":
-            break
-        elif inside and name in KINDS:
-            out[KINDS[name]] = out.get(KINDS[name], 0) + int(op[2])
-    return out
-
-
-def _pad(t: torch.Tensor, length: int) -> torch.Tensor:
-    return torch.cat([t.to(torch.float64), torch.zeros(length - t.numel(), dtype=torch.float64)])
-
-
-def _ratio(seen: list[torch.Tensor], want: list[torch.Tensor]) -> tuple[float, float]:
-    """Least-squares ratio of what AdamW saw to the reference, and the residual relative to the reference."""
-    s, w = torch.cat(seen), torch.cat(want)
-    ratio = float(s @ w / max(float(w @ w), 1e-30))
-    return ratio, float((s - ratio * w).norm() / max(float(w.norm()), 1e-30))
 
 
 def read_run(run: dict, params: dict) -> list[dict]:
@@ -96,8 +33,6 @@ def read_run(run: dict, params: dict) -> list[dict]:
 
 def judge_world(run: dict, params: dict, stage: int, cls: str) -> list[Case]:
     """The cases of one world size's run, and, when one fails, the case naming the bug found."""
-    from labkit.practice.build.zero_diagnose import FAULT_HINTS, diagnose, failed_run
-
     n, numel = run["world"], numel_of(params["width"])
     fail = dg.failure_case(run, f"{n} ranks: trains with your {cls}", FAULT_HINTS)
     if fail:
@@ -122,12 +57,12 @@ def judge_world(run: dict, params: dict, stage: int, cls: str) -> list[Case]:
     cases.append(Case(f"{n} ranks: traffic per step is 2 Psi ({want})", ok, "" if ok else
                       f"step 1 ran {named} elements on rank 0; 2 Psi with the padding is {2 * big}"))
     seen = [r["inner_grad"][0] for r in reps]
-    mean = _pad(ref[0][1], big)
+    mean = pad(ref[0][1], big)
     want_g = [mean[r * shard:(r + 1) * shard] for r in range(n)]
-    ratio = _ratio(seen, want_g) if all(s.shape == w.shape for s, w in zip(seen, want_g, strict=True)) else None
-    ok = ratio is not None and abs(ratio[0] - 1) < 1e-4 and ratio[1] < 1e-4
+    fit = ratio(seen, want_g) if all(s.shape == w.shape for s, w in zip(seen, want_g, strict=True)) else None
+    ok = fit is not None and abs(fit[0] - 1) < 1e-4 and fit[1] < 1e-4
     cases.append(Case(f"{n} ranks: AdamW sees this rank's shard of the mean gradient over the ranks", ok, "" if ok else
-                      (f"what AdamW saw is {ratio[0]:.3g} x the mean gradient's shard (N = {n})" if ratio else
+                      (f"what AdamW saw is {fit[0]:.3g} x the mean gradient's shard (N = {n})" if fit else
                        f"AdamW's gradients have {[s.numel() for s in seen]} elements per rank; a shard has {shard}")))
     apart = max(float((r["params"][k] - reps[0]["params"][k]).abs().max()) for r in reps for k in range(len(ref)))
     cases.append(Case(f"{n} ranks: every rank holds the same parameters after each step", apart == 0, "" if apart == 0
@@ -137,15 +72,13 @@ def judge_world(run: dict, params: dict, stage: int, cls: str) -> list[Case]:
                       f"whole batch after each of {len(ref)} steps (within {TOL:g})", diff <= TOL,
                       "" if diff <= TOL else f"largest difference {diff:.3g}"))
     if not all(c.ok for c in cases):
-        cases.append(diagnose(run, reps, ref, params, stage, ratio))
+        cases.append(diagnose(run, reps, ref, params, stage, fit))
     return cases
 
 
 def judge(record: dict, params: dict, stage: int, cls: str) -> list[Case]:
     """Every case of a ZeRO record: ``shard_bounds`` alone (asked in rank 0 of the first run), then each world
     size's run."""
-    from labkit.practice.build.zero_diagnose import bounds_cases
-
     runs = dg.field(record, "runs", list, len(params["worlds"]))
     cases = bounds_cases(dg.field(runs, 0, dict), params)
     for world, run in zip(params["worlds"], runs, strict=True):
