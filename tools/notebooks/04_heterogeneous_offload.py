@@ -490,8 +490,8 @@ offload_panel.set_task(design.task("04"))
 # and whose `unpack` reads it back in backward and removes the file. `build.open_stub` copies a stub to
 # `build/act_offload.py` beside this notebook (once; it never overwrites your work).
 #
-# `build.check_build` runs a tiny MLP (shapes drawn per run) in float32 and bfloat16 under your hooks, in a
-# child process, and checks: gradients
+# `build.check_build` runs a tiny MLP (shapes drawn per run) in float32 and bfloat16 (float16 too in some
+# runs) under your hooks, in a child process, and checks: gradients
 # bit-identical to the run without offload, bytes on disk after forward equal to labkit's saved-tensor
 # prediction (each saved storage once, parameters left out), nothing kept in memory besides the files,
 # every dtype intact (numpy has no bf16: view it as int16) and no file left behind. The typical bugs

@@ -44,10 +44,11 @@ DTYPES = ("float32", "bfloat16")
 
 
 def draw(seed: int) -> dict[str, Any]:
-    """The tiny MLP's shapes, odd where they can be: batch x width -> hidden -> width."""
+    """The tiny MLP's shapes, odd where they can be (batch x width -> hidden -> width), and the dtypes."""
     rng = random.Random(seed)
+    extra = ["float16"] if rng.random() < 0.5 else []  # numpy has float16: a second 2-byte path, half the runs
     return {"batch": rng.randrange(17, 65, 2), "width": rng.randrange(9, 41, 2), "hidden": rng.randrange(19, 73, 2),
-            "dtypes": list(DTYPES)}
+            "dtypes": [*DTYPES, *extra]}
 
 
 def predicted_bytes(params: dict[str, Any], dtype: str) -> int:
@@ -156,9 +157,9 @@ register_build(BuildExercise(
     key=KEY, stub="act_offload.py",
     task="In build/act_offload.py write FileOffload(folder, model), a torch.autograd.graph.saved_tensors_hooks: "
          "pack(t) writes each saved tensor that is not a parameter to one raw file in folder and returns a small "
-         "handle; unpack(handle) reads it back bit for bit and removes the file. Checked in float32 and bfloat16 on "
-         "shapes drawn per run: gradients bit-identical, bytes on disk equal to labkit's saved-tensor prediction, "
-         "nothing kept in memory, no file left.",
+         "handle; unpack(handle) reads it back bit for bit and removes the file. Checked in float32, bfloat16 (and "
+         "float16 in some runs) on shapes drawn per run: gradients bit-identical, bytes on disk equal to labkit's "
+         "saved-tensor prediction, nothing kept in memory, no file left.",
     hint=("What does autograd keep between forward and backward, and which of it is not an activation?",
           "pack: skip parameters, write t's bytes to a new file, return (path, dtype, shape); unpack: read, rebuild, "
           "remove."),
