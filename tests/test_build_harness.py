@@ -63,9 +63,8 @@ def fake(monkeypatch):
     def judge(record: dict, params: dict) -> list:
         return [Case("c", record.get("x") == params["want"], "", ("h1", "h2"))]
 
-    build.register_build(build.BuildExercise(FAKE, "zero1.py", "task", hint=("g",), worked="w",
-                                             draw=lambda seed: {"want": seed % 3}, collect=lambda path, p: {"x": 1},
-                                             judge=judge))
+    build.register_build(build.BuildExercise(FAKE, "zero1.py", "task", draw=lambda seed: {"want": seed % 3},
+                                             collect=lambda path, p: {"x": 1}, judge=judge, hint=("g",), worked="w"))
 
 
 def test_params_are_drawn_per_seed_and_hidden_runs_merge_over_them(fake):

@@ -21,7 +21,6 @@ from labkit.practice.build.harness import (  # noqa: F401 - the package's API, a
     draw_params,
     hidden_params,
     judge_record,
-    launch,
     load_module,
     open_stub,
     register_build,

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit import dist as ldist
 from labkit.errors import LabkitError, require_choice
 from labkit.practice.build.diagnosis import BadRecord
 from labkit.practice.build.records import learner_frames, load_module  # noqa: F401 - the harness API, rank side
@@ -41,19 +40,17 @@ class BuildExercise:
     module, :func:`labkit.practice.build.records.ranks`) returns a plain record of what the ranks executed and
     computed, with a learner's fault as a ``{"failure": ...}`` entry, never an exception; ``judge(record, params)``
     (trusted, in a process that never imports the learner's module) validates the record, computes the reference
-    itself from ``params`` and returns the named cases. ``run`` is the older single-process check (the
-    learner's module path -> cases), kept while an exercise still uses it.
+    itself from ``params`` and returns the named cases.
     """
 
     key: str  # e.g. "02.build.zero1"
     stub: str  # template file name in labkit/practice/build/stubs/, e.g. "zero1.py"
     task: str  # what to write: the functions or classes and their signatures
-    run: Callable[[Path], list[Case]] | None = None  # older exercises: module path -> cases (same process)
+    draw: Callable[[int], dict]  # seed -> the run's parameters (plain data)
+    collect: Callable[[Path, dict], dict]  # (module path, params) -> record (plain data)
+    judge: Callable[[dict, dict], list[Case]]  # (record, params) -> cases
     hint: tuple[str, ...] = ()  # general hint steps (a question, then a direction)
     worked: str = ""  # the worked answer in words
-    draw: Callable[[int], dict] | None = None  # seed -> the run's parameters (plain data)
-    collect: Callable[[Path, dict], dict] | None = None  # (module path, params) -> record (plain data)
-    judge: Callable[[dict, dict], list[Case]] | None = None  # (record, params) -> cases
 
 
 BUILDS: dict[str, BuildExercise] = {}
@@ -63,8 +60,6 @@ def register_build(ex: BuildExercise) -> None:
     """Register ``ex``, and a :class:`CodingExercise` under the same key for the journal, hints, key and collect."""
     if not (STUBS / ex.stub).is_file():
         raise LabkitError(f"stub must be a file in {STUBS} (no {ex.stub!r})")
-    if ex.run is None and None in (ex.draw, ex.collect, ex.judge):
-        raise LabkitError(f"{ex.key}: a build exercise needs draw, collect and judge (or the older run)")
     BUILDS[ex.key] = ex
     register(CodingExercise(ex.key, ex.task, lambda path, **_: cases_of(ex.key, Path(path)), ex.hint, ex.worked))
 
@@ -102,31 +97,10 @@ def is_blank(key: str, source: str) -> bool:
     return mine is not None and mine == normal_source((STUBS / BUILDS[key].stub).read_text())
 
 
-def launch(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout: float = 40.0,
-           what: str = "runs", **kwargs: Any) -> tuple[list[Any] | None, Case | None]:
-    """Run the rank function ``fn(rank, world_size, path=..., **kwargs)``: (per-rank results, None) or
-    (None, a failed case naming what the learner's code raised or where the ranks hung).
-
-    A stub's ``NotImplementedError`` inside a rank comes back as ``NotImplementedError`` here, so
-    :func:`check_build` says "not written yet".
-    """
-    try:
-        return ldist.run(fn, world_size, timeout=timeout, path=str(path), **kwargs), None
-    except ldist.WorkerError as err:
-        if "NotImplementedError" in str(err):
-            raise NotImplementedError(str(err)) from None
-        where = learner_frames(err.remote_traceback, path)
-        return None, Case(f"{what} on {world_size} ranks", False, f"{err}" + (f" (at {where})" if where else ""))
-    except ldist.WorkerTimeout as err:
-        return None, Case(f"{what} on {world_size} ranks within {timeout:g} s", False, str(err))
-
-
 def draw_params(key: str, seed: int | None = None) -> dict:
     """Exercise ``key``'s run parameters for ``seed`` (a fresh random seed when None): plain data, with the seed."""
     require_choice("build exercise", key, BUILDS)
     ex = BUILDS[key]
-    if ex.draw is None:
-        return {}
     seed = random.SystemRandom().randrange(2**31) if seed is None else int(seed)
     return {**ex.draw(seed), "seed": seed}
 
@@ -161,8 +135,6 @@ def collect_record(key: str, path: str | Path, params: dict) -> dict:
     ex, path = BUILDS[key], Path(path)
     if is_blank(key, path.read_text(encoding="utf-8", errors="replace")):
         return {"failure": {"kind": "not_written", "message": f"{path.name} is still the stub"}}
-    if ex.collect is None:
-        raise LabkitError(f"{key} has no collect (an older exercise: check_build runs it whole)")
     return ex.collect(path, params)
 
 
@@ -174,8 +146,6 @@ def judge_record(key: str, record: Any, params: dict) -> list[Case]:
     """
     require_choice("build exercise", key, BUILDS)
     ex = BUILDS[key]
-    if ex.judge is None:
-        raise LabkitError(f"{key} has no judge (an older exercise: check_build runs it whole)")
     if not isinstance(record, dict):
         return [Case("the run's record is well-formed", False, f"a record is a dict (got {type(record).__name__})")]
     try:
@@ -189,9 +159,6 @@ def cases_of(key: str, path: Path, seed: int | None = None, hidden: bool = False
 
     Raises ``NotImplementedError`` when part of the module is still the stub's.
     """
-    ex = BUILDS[key]
-    if ex.draw is None:
-        return ex.run(path)  # type: ignore[misc]
     params = draw_params(key, seed)
     cases: list[Case] = []
     for i, p in enumerate([params, *(hidden_params(key, params) if hidden else [])]):
