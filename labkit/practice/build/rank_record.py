@@ -8,7 +8,9 @@ tp_layers, sp_block, act_offload, selective_recompute and sharded_ckpt share:
   its elements (torch's ``CommDebugMode`` counts calls but not sizes);
 * :func:`attempt`, one part of the checks, the learner's faults turned into plain-data entries;
 * :func:`all_agree`, a gate before a collective phase, so that a rank whose local phase raised does not leave
-  its peers alone in a collective.
+  its peers alone in a collective;
+* :func:`sync`, the boundary between two parts: a one-element all-reduce, so that a collective only some ranks
+  call stops the group at once with gloo's own mismatch message instead of hanging to the timeout.
 
 The launch itself, stderr capture and the op log are :mod:`labkit.practice.build.records`'.
 """
