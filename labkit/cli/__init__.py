@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     for module in SUBCOMMANDS:
         module.register(sub)
     bench = sub.add_parser("bench", help="measurement overhead and measured-vs-predicted error")
-    bench.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless")
+    bench.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless, and run 02's "
+                       "and 05's trend studies and notebooks under load (two busy processes)")
     bench.add_argument("--quick", action="store_true", help="fewer steps and configurations")
     bench.add_argument("--calibration", help="a labkit calibrate file: step time predicted on it beside measured")
     bench.add_argument("--step-time", action="store_true", help="only the step-time comparison")

@@ -163,6 +163,15 @@ def compression_table(data: dict[tuple[str, str], bytes], split: str = "exponent
     return [measure_row(kind, dtype, b, split) for (kind, dtype), b in data.items()]
 
 
+def speed_trends(rows: list[CompressionRow]) -> dict[str, bool]:
+    """What notebook 05 says of the speed table, each True or False: lz4 is faster than zstd-3 and zstd-3 than
+    zstd-19 on every stream, and no row's zstd-3 speed is a tenth of the median row's (issue 40: an untimed
+    first call was missing, and the table's first row read 56 MB/s beside 500-800)."""
+    fast = sorted(r.mb_per_s[0] for r in rows)
+    return {"lz4 > zstd-3 > zstd-19 on every stream": all(r.mb_per_s[2] > r.mb_per_s[0] > r.mb_per_s[1] for r in rows),
+            "no row's zstd-3 below a tenth of the median row's": fast[0] > fast[len(fast) // 2] / 10}
+
+
 def ratio_text(rows: list[CompressionRow], speed: bool = False) -> str:
     """Ratios to 2 decimals beside the entropy and its bound; ``speed``: MB/s instead (differs every run)."""
     if speed:

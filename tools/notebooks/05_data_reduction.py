@@ -47,9 +47,7 @@ seed_everything(0)
 # Python gives the same bytes), and the lab's own corpus, labelled *synthetic*: a small
 # generated grammar the tiny GPT trains on. The run is trained in float64 and its tensors are
 # stored as fp32 and bf16, as a training run holds them: in fp32 the last bits, and with them
-# a compressor's matches, would change with the CPU's kernels. Each key bias gets its exact
-# gradient, zero (softmax ignores a shift shared by a row's scores; the computed value is
-# rounding noise, different on every CPU).
+# a compressor's matches, would change with the CPU's kernels.
 
 # %%
 predicted_weight_ratio = None  # e.g. 2.0
@@ -71,7 +69,10 @@ print(compress.ratio_text(rows))
 # lands right at the bound, a few per cent, and lz4 saves nothing. Real text compresses
 # several-fold, well beyond its 8/H, because it repeats whole strings (keywords, identifiers,
 # phrases); the synthetic corpus repeats far more than real writing, so its ratio overstates
-# what text gives: compare model data with the real rows. What does compress in a model is **zeros**: the
+# what text gives: compare model data with the real rows. In the `gradients` rows each key bias
+# has its exact gradient, zero (softmax ignores a shift shared by a row's scores; the computed
+# value is rounding noise, different on every CPU), which is why those rows are the same bytes
+# on every machine. What does compress in a model is **zeros**: the
 # causally masked half of the attention probabilities and post-ReLU activations (ReLU
 # applied to the run's real MLP pre-activations; this GPT uses GeLU, which makes no exact
 # zeros). The `activations` row is helped by the attention probabilities inside it.
@@ -89,20 +90,36 @@ print(planes.plane_text(planes.plane_stats(data["weights", "fp32"], "fp32")))
 # columns above, a little more in bf16, which has fewer mantissa bits. Memory has to come
 # from elsewhere.
 #
-# The speed of each codec on this machine (wall clock, so not checked):
+# The speed of each codec on this machine, in MB (1e6 bytes) per CPU second of the thread that
+# compresses, the fastest of up to three runs after an untimed warm-up call: the first call of a
+# codec builds its context, and timed alone it once made the first row read 56 MB/s beside 500-800
+# for the rest; CPU seconds leave out the time other processes on a shared machine hold the core.
+# Each figure still moves a little from run to run, so nbval does not check them. lz4 is the
+# fastest on every row and zstd-19 the slowest, by one to two orders of magnitude: level 19 searches far
+# longer for matches, and on model data finds few more (compare its ratios with zstd-3's).
 
 # %% tags=["nbval-ignore-output"]
 print(compress.ratio_text(rows, speed=True))
+
+# %%
+speed = compress.speed_trends(rows)  # what the text above claims of that table
+for claim, held in speed.items():
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(speed.values()), speed
 
 # %% [markdown]
 # ## 2 · Recompute: trade compute for memory
 #
 # `torch.utils.checkpoint` drops a region's saved tensors in forward and runs the region again
-# in backward. Four plans on the tiny GPT (4 layers): **full** (every block keeps only its
-# input, 2sbh bytes at 16 bits, 4sbh in this fp32 run), **every-2** (every second block
-# recomputed, keeping only its input; the blocks between keep everything), **sqrt-all** (after
-# Chen et al.: segments of about √n blocks, every one recomputed and keeping only its input)
-# and **selective** (Korthikanti et al.: only the attention core, which drops the 5as/h term).
+# in backward. The symbols are Korthikanti et al.'s, as in notebook 00's table: s the sequence
+# length, b the micro-batch size, h the hidden size, a the attention heads. One layer keeps
+# sbh(34 + 5as/h) bytes of activations at 16 bits; the 5as/h term is what its a attention
+# matrices of s × s keep (the softmax's output, its dropout mask and the dropout's output).
+# Four plans on the tiny GPT (4 layers): **full** (every block keeps only its input, 2sbh
+# bytes at 16 bits, 4sbh in this fp32 run), **every-2** (every second block recomputed,
+# keeping only its input; the blocks between keep everything), **sqrt-all** (after Chen et al.:
+# segments of about √n blocks, every one recomputed and keeping only its input) and
+# **selective** (Korthikanti et al.: only the attention core, which drops the 5as/h term).
 # **Predict:** with full recompute, what percentage of a layer's activations is kept?
 
 # %%
