@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 
 from labkit.practice.build import records
-from labkit.practice.build.harness import load_module
 from labkit.practice.build.rank_record import attempt
+from labkit.practice.build.records import load_module
 
 COLLECTIVES = ("barrier", "all_gather_object", "gather_object", "broadcast_object_list", "all_reduce", "all_gather",
                "broadcast")

@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 
 from labkit.practice.build import records
-from labkit.practice.build.harness import load_module
 from labkit.practice.build.rank_record import attempt
+from labkit.practice.build.records import load_module
 
 TIMEOUT_S = 30.0
 

@@ -27,8 +27,9 @@ import torch
 from labkit.measure import SavedTensorRecorder
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build import records
-from labkit.practice.build.harness import BuildExercise, load_module, register_build
+from labkit.practice.build.harness import BuildExercise, register_build
 from labkit.practice.build.rank_record import attempt
+from labkit.practice.build.records import load_module
 from labkit.practice.coding import Case
 from labkit.reduction.recompute import predicted_layer_bytes, uniform_plan
 from labkit.rig.model import Block, GPTConfig

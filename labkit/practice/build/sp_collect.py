@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from labkit.practice.build import records
-from labkit.practice.build.harness import load_module
 from labkit.practice.build.rank_record import CollectiveLog, all_agree, attempt, sync
+from labkit.practice.build.records import load_module
 from labkit.rig.model import Block, GPTConfig
 
 TIMEOUT_S = 8.0  # a world's checks take about a second once started; a hang is stopped here

@@ -8,6 +8,7 @@ of the dense layers and runs the parallel MLP's forward and backward, logging ev
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,18 @@ import torch
 import torch.nn as nn
 
 from labkit.practice.build import records
-from labkit.practice.build.harness import load_module
 from labkit.practice.build.rank_record import CollectiveLog, all_agree, attempt, sync
+from labkit.practice.build.records import load_module
 
+WORLDS = (2, 4, 3)  # 3: a world size a module written for powers of two, or for 2, does not expect
 TIMEOUT_S = 6.0  # a world's checks take well under a second once started; a hang is stopped here
+
+
+def draw(seed: int) -> dict[str, Any]:
+    """Shapes that every world size in the run divides (ffn a multiple of 12), the rest drawn per run."""
+    rng = random.Random(seed)
+    return {"h": rng.choice((8, 12, 16, 20)), "ffn": 12 * rng.randint(2, 5), "tokens": rng.randint(5, 9),
+            "worlds": list(WORLDS)}
 
 
 def gen(params: dict[str, Any], salt: int) -> torch.Generator:
@@ -170,8 +179,6 @@ def benchmark(path: str | Path, world: int = 2, steps: int = 20, seed: int = 0) 
     """Your MLP beside torch's DTensor tensor parallel: seconds per step (shown, never asserted: the ranks share
     this machine's cores) and bytes all-reduced, predicted 2 * tokens * h * 4 (one all-reduce of the MLP's output
     forward, one of its input's gradient backward; Shoeybi et al. 2019, section 3)."""
-    from labkit.practice.build.tp_layers import draw
-
     params = {**draw(seed), "seed": seed}
     got = records.ranks(bench_rank, world, path, timeout=60.0, params=params, steps=steps)
     if "ranks" not in got:

@@ -22,7 +22,6 @@ checked on a gradient that is a column slice of a ``torch.cat``'s, the way it ar
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import torch
@@ -30,20 +29,20 @@ import torch.nn.functional as F
 
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.harness import BuildExercise, register_build
-from labkit.practice.build.tp_collect import TIMEOUT_S, benchmark, collect, dense, probe  # noqa: F401 - API
+from labkit.practice.build.tp_collect import (  # noqa: F401 - benchmark and draw: the exercise's API
+    TIMEOUT_S,
+    WORLDS,
+    benchmark,
+    collect,
+    dense,
+    draw,
+    probe,
+)
 from labkit.practice.build.tp_hints import FAILURE_HINTS, case, fault_text
 from labkit.practice.coding import Case
 
 KEY = "03.build.tp_layers"
 ATOL = 1e-5
-WORLDS = (2, 4, 3)  # 3: a world size a module written for powers of two, or for 2, does not expect
-
-
-def draw(seed: int) -> dict[str, Any]:
-    """Shapes that every world size in the run divides (ffn a multiple of 12), the rest drawn per run."""
-    rng = random.Random(seed)
-    return {"h": rng.choice((8, 12, 16, 20)), "ffn": 12 * rng.randint(2, 5), "tokens": rng.randint(5, 9),
-            "worlds": list(WORLDS)}
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
