@@ -79,7 +79,8 @@ print(checks.reveal_number(predicted_extra_traffic, extra, "zero3 traffic / DDP 
 # ## 3 · Explain: the ZeRO formulas beside the measurement
 #
 # The `predicted` column is ZeRO's model (Rajbhandari et al., SC 2020) for fp32 AdamW,
-# laid out as torch's engines lay it out: stage 1 keeps 4Ψ + 4Ψ + 8Ψ/N bytes per rank,
+# laid out as torch's engines lay it out, for Ψ parameters (ZeRO's letter for the parameter count)
+# on N ranks: stage 1 keeps 4Ψ + 4Ψ + 8Ψ/N bytes per rank,
 # stage 2 4Ψ + (4+8)Ψ/N, stage 3 16Ψ/N. Communication counts an all-reduce of n
 # elements as 2n (a reduce-scatter then an all-gather); the paper's 2Ψ per step for
 # data parallelism and stages 1-2, and 3Ψ for stage 3, is in the last column. The

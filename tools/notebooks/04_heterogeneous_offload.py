@@ -18,6 +18,8 @@
 #
 # Units: GPU capacities are the true ones (an "80 GB" A100 holds 80 GiB = 85.9e9 B, the
 # catalogue's `memory_bytes`); GB means 1e9 bytes, GiB 2**30; "B" is bytes, "bn" billions.
+# Symbols, as in notebook 00's table: s is the sequence length, b the micro-batch size, h the
+# hidden size.
 
 # %%
 from labkit import hardware
