@@ -18,7 +18,8 @@ from build_mutate import mutant
 from labkit.practice import build
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build import onef1b, records
-from labkit.practice.build.onef1b_judge import BUGS
+from labkit.practice.build.feedback import feedback
+from labkit.practice.build.onef1b_judge import BUGS, FAULT_HINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 3
@@ -65,6 +66,9 @@ def test_blank_stub_is_not_written_yet_without_processes(tmp_path, monkeypatch):
 def test_each_bug_fails_with_its_own_name(bug, tmp_path):
     params = {**build.draw_params(onef1b.KEY, SEED), "runs": [[2, 4]], "timeout_s": 4.0}
     record = build.collect_record(onef1b.KEY, mutant(tmp_path, "onef1b.py", *MUTATIONS[bug]), params)
-    text = "\n".join(f"{c.name}: {c.detail}" for c in build.judge_record(onef1b.KEY, record, params) if not c.ok)
+    cases = build.judge_record(onef1b.KEY, record, params)
+    text = "\n".join(f"{c.name}: {c.detail}" for c in cases if not c.ok)
     assert NAMES[bug] in text, text
     assert not [n for k, n in NAMES.items() if k != bug and n in text], text
+    hint = BUGS[bug][1][0] if bug in BUGS else FAULT_HINTS[NAMES[bug]][0]
+    assert f"Hint 1: {hint}" in str(feedback(onef1b.KEY, cases))  # the hint of the bug found

@@ -18,7 +18,8 @@ from build_mutate import mutant
 from labkit.practice import build
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build import records, zero1
-from labkit.practice.build.zero_diagnose import BUGS
+from labkit.practice.build.feedback import feedback
+from labkit.practice.build.zero_diagnose import BUGS, FAULT_HINTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 5
@@ -82,6 +83,8 @@ def test_each_bug_fails_with_its_own_name(bug, tmp_path):
     text, cases = failed_text(mutant(tmp_path, "zero1.py", *MUTATIONS[bug]), worlds=worlds)
     assert NAMES[bug] in text, text
     assert not [n for k, n in NAMES.items() if k != bug and n in text], text
+    hint = BUGS[bug][1][0] if bug in BUGS else FAULT_HINTS[dg.SOME_RANKS][0]
+    assert f"Hint 1: {hint}" in str(feedback(zero1.KEY, cases))  # the hint of the bug found, not a general one
     if bug == "mismatch":  # gloo's own explanation, captured from the rank's stderr, is quoted
         assert 'torch says: "' in text and "Is there a distributed collective mismatch" in text, text
     if bug == "hardcoded":

@@ -16,6 +16,7 @@ from build_mutate import mutant
 
 from labkit.practice import build
 from labkit.practice.build import records, zero2
+from labkit.practice.build.feedback import feedback
 from labkit.practice.build.zero_diagnose import BUGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,8 @@ def test_blank_stub_is_not_written_yet_without_processes(tmp_path, monkeypatch):
 def test_each_zero2_bug_fails_with_its_own_name(bug, tmp_path):
     params = {**build.draw_params(zero2.KEY, SEED), "worlds": [2]}
     record = build.collect_record(zero2.KEY, mutant(tmp_path, "zero2.py", *MUTATIONS[bug]), params)
-    text = "\n".join(f"{c.name}: {c.detail}" for c in build.judge_record(zero2.KEY, record, params) if not c.ok)
+    cases = build.judge_record(zero2.KEY, record, params)
+    text = "\n".join(f"{c.name}: {c.detail}" for c in cases if not c.ok)
     assert BUGS[bug][0] in text, text
     assert not [n for k, (n, _) in BUGS.items() if k != bug and n in text], text
+    assert f"Hint 1: {BUGS[bug][1][0]}" in str(feedback(zero2.KEY, cases))

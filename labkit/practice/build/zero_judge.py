@@ -9,6 +9,8 @@ strictly. The reference is torch's own ``AdamW`` on the whole batch with the dra
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from labkit.practice.build import diagnosis as dg
 from labkit.practice.build.zero_common import MOMENT_BYTES, numel_of, padded
 from labkit.practice.build.zero_diagnose import FAULT_HINTS, bounds_cases, diagnose, failed_run
@@ -36,7 +38,8 @@ def judge_world(run: dict, params: dict, stage: int, cls: str) -> list[Case]:
     n, numel = run["world"], numel_of(params["width"])
     fail = dg.failure_case(run, f"{n} ranks: trains with your {cls}", FAULT_HINTS)
     if fail:
-        return [fail, *failed_run(run, params, n)]
+        named = failed_run(run, params, n)
+        return [replace(fail, hints=()) if named else fail, *named]  # the named bug's hints, not the crash's
     reps, ref = read_run(run, params), trajectory(params)
     big, shard = padded(numel, n), padded(numel, n) // n
     cases = []
