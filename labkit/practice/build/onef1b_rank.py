@@ -11,6 +11,7 @@ Nothing here computes a reference: the record is plain data for :mod:`labkit.pra
 
 from __future__ import annotations
 
+import itertools
 import time
 import weakref
 from typing import Any
@@ -36,13 +37,13 @@ class _Mark(torch.autograd.Function):
     on its input (it ends)."""
 
     @staticmethod
-    def forward(ctx, x, stamps, what, k):  # noqa: ANN001, ANN205 - autograd's signature
-        ctx.stamps, ctx.what, ctx.k = stamps, what, k
+    def forward(ctx, x, watched, what, k):  # noqa: ANN001, ANN205 - autograd's signature
+        ctx.watched, ctx.what, ctx.k = watched, what, k
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001, ANN205
-        ctx.stamps.append((ctx.what, ctx.k, time.time()))
+        ctx.watched.stamps.append((ctx.what, ctx.k, time.time(), next(ctx.watched.tick)))
         return grad, None, None, None
 
 
@@ -55,9 +56,10 @@ class Watched(nn.Module):
         self.inner = inner
         self.live = self.peak = 0
         self.per_forward: list[int] = []
-        self.forwards: list[tuple[float, float]] = []
+        self.forwards: list[tuple[float, float, int]] = []
         self.inputs: list[torch.Tensor] = []
-        self.stamps: list[tuple[str, int, float]] = []
+        self.stamps: list[tuple[str, int, float, int]] = []
+        self.tick = itertools.count()  # orders this rank's events (two may share a time.time())
         self._params = {p.untyped_storage().data_ptr() for p in inner.parameters()}
 
     def _free(self, n: int) -> None:
@@ -74,22 +76,22 @@ class Watched(nn.Module):
         return held
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        start, k = time.time(), len(self.forwards)
+        start, k, seq = time.time(), len(self.forwards), next(self.tick)
         self.per_forward.append(0)
         if k < MAX_FORWARDS:
             self.inputs.append(x.detach().clone())
-        h = _Mark.apply(x if x.requires_grad else x.detach().requires_grad_(), self.stamps, "B end", k)
+        h = _Mark.apply(x if x.requires_grad else x.detach().requires_grad_(), self, "B end", k)
         with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda h: h.t if isinstance(h, _Held) else h):
             out = self.inner(h)
-        self.forwards.append((start, time.time()))
-        return _Mark.apply(out, self.stamps, "B start", k)
+        self.forwards.append((start, time.time(), seq))
+        return _Mark.apply(out, self, "B start", k)
 
     def events(self) -> list[list]:
-        """[[phase, forward number, start, end], ...]: what ran on this rank (B: whose graph), by start time."""
-        ends = {k: t for w, k, t in self.stamps if w == "B end"}
-        rows = [["F", k, s, e] for k, (s, e) in enumerate(self.forwards)]
-        rows += [["B", k, t, ends.get(k, t)] for w, k, t in self.stamps if w == "B start"]
-        return sorted(rows, key=lambda r: r[2])
+        """[[phase, forward number, start, end], ...]: what ran on this rank (B: whose graph), in order."""
+        ends = {k: t for w, k, t, _ in self.stamps if w == "B end"}
+        rows = [(seq, ["F", k, s, e]) for k, (s, e, seq) in enumerate(self.forwards)]
+        rows += [(seq, ["B", k, t, ends.get(k, t)]) for w, k, t, seq in self.stamps if w == "B start"]
+        return [row for _, row in sorted(rows, key=lambda r: r[0])]
 
 
 def model(p: int, width: int, seed: int) -> list[nn.Module]:
