@@ -157,6 +157,23 @@ def _read(run: dict, p: int, m: int, params: dict) -> list[dict]:
     return reps
 
 
+def _messages(run: dict, p: int, m: int, size: int) -> Case:
+    """Each stage's point-to-point traffic, from its op log: m activations to r+1 and m gradients to r-1, each of
+    ``size`` elements, and as many received from each side."""
+    wrong = []
+    for r, log in enumerate(dg.field(run, "ops", list, p)):
+        got: dict[tuple[str, int], list[int]] = {}
+        for op in log:
+            if isinstance(op, list) and len(op) == 5 and op[0] in ("send", "isend", "recv", "irecv"):
+                got.setdefault(("send" if "send" in op[0] else "recv", op[1]), []).append(op[2])
+        want = {(d, q): [size] * m for d in ("send", "recv") for q in (r - 1, r + 1) if 0 <= q < p}
+        if got != want:
+            wrong.append(f"rank {r}: " + ", ".join(f"{d} {'to' if d == 'send' else 'from'} {q}: {len(v)} x "
+                                                  f"{sorted(set(v))}" for (d, q), v in sorted(got.items())))
+    return Case(f"p={p}: each stage sends and receives m = {m} messages of {size} elements each way", not wrong,
+                "; ".join(wrong)[:600])
+
+
 def judge_run(run: dict, p: int, m: int, params: dict) -> list[Case]:
     """The cases of one (p, m) run, and, when one fails, the case naming the bug found."""
     fail = dg.failure_case(run, f"p={p}: your 1F1B step runs on {p} ranks", FAULT_HINTS)
@@ -167,6 +184,7 @@ def judge_run(run: dict, p: int, m: int, params: dict) -> list[Case]:
     bad = [r for r in range(p) if runs[r] != want[r]]
     cases = [Case(f"p={p}, m={m}: every stage ran 1F1B's order (F/B per micro-batch, as executed)", not bad,
                   "" if not bad else f"rank {bad[0]} ran {runs[bad[0]]}; 1F1B runs {want[bad[0]]}")]
+    cases.append(_messages(run, p, m, params["rows"] * params["width"]))
     got = reps[-1]["losses"]
     ok = len(got) == m and max(abs(a - b) for a, b in zip(got, ref["losses"], strict=True)) <= TOL
     cases.append(Case(f"p={p}: the {m} losses equal one process's", ok, "" if ok else
