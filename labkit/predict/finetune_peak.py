@@ -57,13 +57,15 @@ def _states(st: FinetuneStep) -> list[PeakTerm]:
     return out
 
 
-def _dequant(st: FinetuneStep, names: tuple[str, ...] | None = None) -> PeakTerm:
+def _dequant(st: FinetuneStep, names: tuple[str, ...] | None = None, product: int = 0) -> PeakTerm:
+    """The largest of ``names`` decoded to bf16 beside either one chunk's decoding workspace or, once it is
+    freed, the matmul's ``product`` (its output, allocated while the decoded weight is alive)."""
     if st.ft.method != "qlora" or names == ():
         return PeakTerm("dequantized weight", 0, "LoRA's base is already 16-bit")
     mats = matrix_shapes(st.shape)
     n = max(i * o for k, (i, o) in mats.items() if names is None or k in names)
-    return PeakTerm("dequantized weight", 2 * n + 12 * min(CHUNK, n // 2),
-                    "the largest matrix decoded to bf16, and one chunk's int32 codes and fp32 values")
+    return PeakTerm("dequantized weight", 2 * n + max(12 * min(CHUNK, n // 2), product),
+                    "the matrix decoded to bf16, and one chunk's int32 codes and fp32 values or the matmul's output")
 
 
 def finetune_peak(st: FinetuneStep, reserve_share: float = 0.0) -> StepPeak:
@@ -95,10 +97,11 @@ def finetune_peak(st: FinetuneStep, reserve_share: float = 0.0) -> StepPeak:
                 PeakTerm("gradients", per_grad * (shape.layers - 1 - at), "the adapters of the layers done"),
                 PeakTerm("flowing gradient", e * bs * shape.hidden, "the gradient of the layer's output"))
         return [(*base, mlp_backward_transients(e * bs * shape.ffn_size)),
-                (*base, _dequant(st, ("down",)) if st.ft.method == "qlora" else _dequant(st, ())),
-                (*base, PeakTerm("MLP input's gradient", e * bs * shape.ffn_size, "the down projection's input "
-                                 "gradient, while the up (and gate) projection's weight is decoded"),
-                 _dequant(st, mlp_in))]
+                (*base, _dequant(st, ("down",) if st.ft.method == "qlora" else (), e * bs * shape.ffn_size)),
+                (*base, PeakTerm("MLP gradients", (2 if shape.gated else 1) * e * bs * shape.ffn_size,
+                                 "the activation's input gradients (SwiGLU: the gate's and the up projection's), "
+                                 "while the up (and gate) projection's weight is decoded"),
+                 _dequant(st, mlp_in, e * bs * shape.hidden))]
 
     moments = [at_loss, *in_layers(shape.layers - 1), *in_layers(0)]
     if shape.norm == "rmsnorm":

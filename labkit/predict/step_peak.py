@@ -11,8 +11,11 @@ A step is held to three moments (the measured side is ``labkit.measure.peak.whol
   alive beside every activation (PyTorch's ``aten/src/ATen/native/LossNLL.cpp`` and
   ``SoftMax.cpp``); then, layer by layer, gradients arrive while activations are freed: the
   moment at the last layer (the output layer's gradient, the gradient flowing back, and the
-  largest layer's MLP transients: one weight gradient ``e*h*f`` and one or two ``e*b*s*f`` gradients) and
-  at the first layer (every layer's gradient but one layer's activations) are checked too;
+  largest layer's MLP transients: one weight gradient ``e*h*f`` and ``mlp_grads`` ``e*b*s*f`` gradients, the
+  down projection's input gradient among them, its own saved input freed by then) and
+  at the first layer (every layer's gradient but one layer's activations) are checked too, and, for
+  transformers' Python RMSNorm, the final norm's backward (every activation but the loss's, the output
+  layer's gradient and the norm's fp32 transients: ``rmsnorm_backward_transients``);
 * **the optimizer step**: model states, every gradient, and the temporaries of the AdamW in use,
   read off ``torch/optim/adam.py``: the lab's ``MasterWeightAdamW`` first makes an fp32 copy of
   every 16-bit gradient (4 bytes per parameter); the single-tensor AdamW (``foreach=False``, the
@@ -85,6 +88,7 @@ class StepShape:
     layer_params: int = 0  # parameters of one layer
     shifted_labels: bool = True  # transformers pads the labels by one to shift them (the tiny GPT does not)
     mlp_grads: int = 1  # b*s*f gradients alive at once in the MLP's backward: 2 for SwiGLU and gelu_new, else 1
+    rmsnorm: bool = False  # transformers' Python RMSNorm: its final norm's backward is a moment of its own
 
     def __post_init__(self) -> None:
         require_choice("precision", self.precision, PRECISIONS)
@@ -99,7 +103,7 @@ class StepShape:
         """A model's step from its shape and predicted activations; ``kw`` sets the other fields."""
         return cls(parameter_tensors(shape), per_layer, shape.layers, outside, head_outside, batch, seq, shape.hidden,
                    shape.ffn_size, shape.vocab, head_params=shape.vocab * shape.hidden,
-                   layer_params=shape.params_per_layer, **kw)
+                   layer_params=shape.params_per_layer, **({"rmsnorm": shape.norm == "rmsnorm"} | kw))
 
     @property
     def params(self) -> int:
@@ -160,19 +164,23 @@ def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int
     return float(state_bytes * max(2 * n + p for n, p in zip(tensors, prev, strict=True)))
 
 
-def mlp_backward_transients(bsf_bytes: float, weight_grad: float = 0.0) -> PeakTerm:
+def mlp_backward_transients(bsf_bytes: float, weight_grad: float = 0.0, activation_grads: int = 2) -> PeakTerm:
     """The MLP's backward at its activation (both step models use it): the down projection's input gradient
-    and the two gradients the activation's backward makes before it frees one (SwiGLU: both inputs of its
-    product; gelu_new: its tanh chain), three b*s*f tensors, measured op by op on fake and real steps, beside
-    ``weight_grad``, the down projection's weight gradient when the weights train."""
-    return PeakTerm("MLP backward transients", weight_grad + 3 * bsf_bytes,
-                    "the down projection's input gradient and the activation's two backward intermediates")
+    and the ``activation_grads`` gradients the activation's backward makes before it frees one, beside
+    ``weight_grad``, the down projection's weight gradient when the weights train. A frozen LoRA base keeps
+    the down projection's saved input to the end of the layer: 2 there (SwiGLU: both inputs of its product;
+    gelu_new: its tanh chain), measured op by op on fake and real steps (``tests/test_fake_property.py``);
+    full training frees that input first, which ``step_peak``'s ``mlp_grads - 1`` counts."""
+    return PeakTerm("MLP backward transients", weight_grad + (1 + activation_grads) * bsf_bytes,
+                    "the down projection's input gradient and the gradients through its activation (SwiGLU: both "
+                    "inputs of its product; gelu_new: its tanh formula's chain)")
 
 
 def rmsnorm_backward_transients(bsh: int, act_bytes: int) -> PeakTerm:
-    """transformers' Python RMSNorm backward in 16-bit runs: the fp32 upcast gradient, and the gradients
-    through ``x.pow(2).mean()`` (its mean's and three of the pow's), five fp32 b*s*h tensors at its worst."""
-    return PeakTerm("RMSNorm backward transients", (5 if act_bytes != 4 else 4) * 4 * bsh,
+    """transformers' Python RMSNorm backward: in 16-bit runs the fp32 upcast gradient and the gradients through
+    ``x.pow(2).mean()`` (its mean's and three of the pow's), five fp32 b*s*h tensors at its worst; three in fp32
+    runs, where the upcast is a no-op (measured op by op, ``tests/test_fake_property.py``)."""
+    return PeakTerm("RMSNorm backward transients", (5 if act_bytes != 4 else 3) * 4 * bsh,
                     "fp32 gradients through the norm's upcast, mean and pow")
 
 
@@ -218,9 +226,16 @@ def _backward_in_layers(s: StepShape, states: list[PeakTerm], at: int) -> tuple[
     return (*states, PeakTerm("activations", below, f"layers 0-{at} and what the embedding keeps"),
             PeakTerm("gradients", grads, "the output layer's and those of the layers done"),
             PeakTerm("flowing gradient", e * bs * s.hidden, "the gradient of the layer's output"),
-            PeakTerm("MLP backward transients", w * s.hidden * s.ffn + s.mlp_grads * e * bs * s.ffn,
-                     "one MLP weight's gradient and the gradients through its activation (SwiGLU: both inputs of "
-                     "its product; gelu_new: its tanh formula's chain)"))
+            mlp_backward_transients(e * bs * s.ffn, w * s.hidden * s.ffn, s.mlp_grads - 1))
+
+
+def _backward_at_final_norm(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
+    """The final RMSNorm's backward: every activation but the loss's, the output layer's gradient, the norm's
+    fp32 transients."""
+    loss = 4 * s.batch * s.seq * s.vocab + 8 * s.batch * s.seq + 4
+    return (*states, PeakTerm("activations", s.activations - loss, "all but the loss's (freed at the loss)"),
+            PeakTerm("gradients", s.weight_bytes * s.head_params, "the output layer's"),
+            rmsnorm_backward_transients(s.batch * s.seq * s.hidden, s.act_bytes))
 
 
 def _optimizer(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
@@ -238,7 +253,7 @@ def step_peak(s: StepShape, reserve_share: float = 0.0) -> StepPeak:
     """The whole step's peak, by phase and term; ``reserve_share`` of the peak is the allocator's margin."""
     states = _states(s)
     moments = [_backward_at_loss(s, states), _backward_in_layers(s, states, s.layers - 1),
-               _backward_in_layers(s, states, 0)]
+               _backward_in_layers(s, states, 0), *([_backward_at_final_norm(s, states)] if s.rmsnorm else [])]
     backward = max(moments, key=lambda terms: sum(t.bytes for t in terms))
     phases = {"forward": _forward(s, states), "backward": backward, "optimizer": _optimizer(s, states)}
     peak = max(sum(t.bytes for t in terms) for terms in phases.values())
