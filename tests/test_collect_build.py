@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from build_mutate import mutant
+
 from labkit.course import regrade_code
 from labkit.course.collect import collect
 from labkit.practice import build
@@ -47,8 +49,9 @@ def test_collect_regrades_a_zero1_handin_and_flags_the_keys_module(tmp_path, mon
     assert "could not be re-run" not in rows["bob"]["flags"] and "re-run fails" not in rows["bob"]["flags"]
 
 
-def test_a_stored_pass_of_a_wrong_module_is_caught_by_the_rerun():
-    wrong = (ROOT / "tests" / "build_wrong" / "zero1__sum_not_mean.py").read_text()
+def test_a_stored_pass_of_a_wrong_module_is_caught_by_the_rerun(tmp_path):
+    sum_not_mean = ("self.shard.grad = mine / self.world_size", "self.shard.grad = mine")
+    wrong = mutant(tmp_path, "zero1.py", sum_not_mean).read_text()
     summary = {"items": {zero1.KEY: {"kind": "coding", "tries": 1, "ever_right": True, "function": "zero1.py",
                                      "source": wrong}}}
     flags, verdicts = regrade_code.coding_flags(summary, timeout_s=150)

@@ -222,21 +222,6 @@ def _failure(err: Exception, path: str | Path) -> dict[str, Any]:
             "rank": int(getattr(err, "rank", -1))}
 
 
-def _preload() -> None:
-    """If labkit.dist's forkserver has not started yet, have it import this package and ``torch._dynamo`` (which
-    AdamW's first step imports: about 1.1 s) once, so no rank pays for them again. Measured on two loaded cores: a
-    2-rank ZeRO-1 collect took 4.4-8.2 s without, 2.2-2.6 s with this package, under 0.6 s with dynamo too. A
-    forkserver already running is left as it is."""
-    import importlib
-    import multiprocessing.forkserver as forkserver
-
-    started = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", 0) is not None
-    where = importlib.import_module("labkit.dist.context")
-    ctx = where.context()
-    if not started and getattr(ctx, "_name", "") == "forkserver":
-        ctx.set_forkserver_preload([*where.PRELOAD, "torch._dynamo", "labkit.practice.build"])
-
-
 def ranks(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout: float, **kwargs: Any) -> dict:
     """Run the rank function ``fn(rank, world_size, log=OpLog, path=..., **kwargs)`` on ``world_size`` ranks.
 
@@ -246,7 +231,6 @@ def ranks(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout:
     ``notes`` each rank's :meth:`OpLog.note` facts, ``stderr`` the tail of what each rank wrote to its stderr
     (gloo's and torch's own messages).
     """
-    _preload()
     with tempfile.TemporaryDirectory(prefix="labkit-build-") as logdir:
         out: dict[str, Any] = {"world": world_size}
         try:
