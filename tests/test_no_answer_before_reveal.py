@@ -134,8 +134,7 @@ def leaks(source: str, name: str = "nb") -> list[str]:
     return out
 
 
-OWED = {"03": "03's cell after `results = {...}` prints the t=4 Megatron table (activation bytes per rank at t=4, "
-                "the share's numerator) above the reveal of 03.predict.act_share_tp4: its owner moves that print below"}
+OWED: dict[str, str] = {}  # notebook -> why it still shows an answer early (none now)
 
 
 @pytest.mark.parametrize("source", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=OWED[p.name[:2]]))

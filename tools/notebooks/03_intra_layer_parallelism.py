@@ -53,7 +53,7 @@ predicted_act_share_tp4 = None  # a fraction, e.g. 0.25
 jobs = [{"sp": False}, {"sp": True}]
 tp2, tp4 = megatron.run_jobs(jobs, 2), megatron.run_jobs(jobs, 4)
 results = {"t=2": tp2[0], "t=2 +sp": tp2[1], "t=4": tp4[0], "t=4 +sp": tp4[1]}
-print(report.megatron_table({k: v for k, v in results.items() if k.startswith("t=4")}))
+print("measured: t=2 and t=4, each with and without sequence parallelism (the t=4 table follows the reveal)")
 
 # %% [markdown]
 # ## 3 · Explain
@@ -74,6 +74,7 @@ assert report.worst_megatron_error(results) == 0
 share = results["t=4"][0].activation_bytes[0] / megatron.activation_bytes(1)["exact"]
 print(checks.reveal_number(predicted_act_share_tp4, share, "Share kept per rank at t=4 (measured)", "", 1.0,
                            key="03.predict.act_share_tp4"))
+print(report.megatron_table({k: v for k, v in results.items() if k.startswith("t=4")}))
 reference = megatron.single_process()
 assert report.megatron_max_error(results, reference) < 1e-5
 print("every rank's logits and gradients equal one process's within 1e-5 (absolute), at t=2 and t=4, with and"
