@@ -197,7 +197,7 @@ print(report.bubble_formula_table(cases))
 # * **measured**: 1 - busy/(p · span) of the real step, median and (min-max) over the repeats.
 #
 # What you will see, on a quiet machine or a busy one: the replayed column follows the
-# formula within a few points (above it by as much as the stages are uneven), falls as m
+# formula within a few points (off it by as much as the stages are uneven), falls as m
 # grows, puts interleaving below 1F1B, and GPipe and 1F1B at the same m within 2 points of
 # each other; the cell after the table asserts these. The measured column sits well above
 # both and moves from run to run (why, below the table). Wall-clock on a shared CPU: nbval
@@ -217,7 +217,8 @@ assert all(trends.values()), trends
 # %% [markdown]
 # How to read it. The formula assumes equal stages and free messages. The replayed
 # column is the schedule's own bubble with this CPU's stage costs: the stages are not quite
-# equal, so it sits above the formula by as much as they differ. Replaying each step's own
+# equal, so it differs from the formula by as much as they differ: mostly above it (a stage
+# slower than the others makes the rest wait), and for interleaving now and then a point below. Replaying each step's own
 # action times instead would let any action that another process slowed (a wall-clock
 # figure) show as a bubble the schedule does not have: on a busy machine that inverted the
 # trends. The measured column is the real step: time no stage computed, which neither the
