@@ -81,12 +81,19 @@ def finetune_peak(st: FinetuneStep, reserve_share: float = 0.0) -> StepPeak:
     logits.append(PeakTerm("padded labels", 8 * b * (s + 1), "int64 labels padded by one for the shift"))
     forward = (*states, acts, *logits)
     mlp_in = ("gate", "up") if shape.gated else ("up",)
-    in_forward = (*states, PeakTerm("activations", fb.activations - fb.outside, "the layers' saved tensors"),
-                  PeakTerm("layer output", e * bs * shape.hidden, "the residual stream"), _dequant(st))
-    at_loss = (*states, acts, PeakTerm("log-probabilities' gradient", 4 * bsv, "nll_loss_backward"),
-               PeakTerm("logits' fp32 gradient", 4 * bsv, "_log_softmax_backward_data"))
     head = sum(t.bytes for t in _outside_head(shape, ft, s, b, e))
     loss = sum(t.bytes for t in _outside_head(shape, ft, s, b, e) if t.role == "loss")
+    in_forward = (*states, PeakTerm("activations", fb.activations - fb.outside, "the layers' saved tensors"),
+                  PeakTerm("layer output", e * bs * shape.hidden, "the residual stream"), _dequant(st))
+    if not shape.gated and not ft.checkpointing:  # GPT-2 at its last MLP: measured op by op on fake steps
+        in_forward = (*states, PeakTerm("activations", fb.activations - head, "all but the final norm's and loss's"),
+                      PeakTerm("MLP transients", e * bs * shape.ffn_size * (0 if "down" in ft.targets else 1)
+                               + 4 * e * bs * shape.hidden + e * s * shape.hidden, "the activation's output (saved "
+                               "when the down projection has an adapter), the attention's output, the MLP's input and "
+                               "output, and the embeddings' (token and position) that GPT2Model.forward keeps"),
+                      _dequant(st))
+    at_loss = (*states, acts, PeakTerm("log-probabilities' gradient", 4 * bsv, "nll_loss_backward"),
+               PeakTerm("logits' fp32 gradient", 4 * bsv, "_log_softmax_backward_data"))
     per_grad = e * sum(adapter_tensors(replace(shape, layers=1), ft))
 
     def in_layers(at: int) -> list[tuple[PeakTerm, ...]]:
@@ -106,7 +113,7 @@ def finetune_peak(st: FinetuneStep, reserve_share: float = 0.0) -> StepPeak:
     moments = [at_loss, *in_layers(shape.layers - 1), *in_layers(0)]
     if shape.norm == "rmsnorm":
         moments.append((*states, PeakTerm("activations", fb.activations - loss, "all but the loss's"),
-                        rmsnorm_backward_transients(bs * shape.hidden, e)))
+                        rmsnorm_backward_transients(bs * shape.hidden, e, frozen_head=True)))
     backward = max(moments, key=lambda ts: sum(t.bytes for t in ts))
     n = sum(adapter_tensors(shape, ft))
     opt = [*states, PeakTerm("gradients", fb.gradients, "the adapters' gradients")]
