@@ -30,9 +30,6 @@ POINTER = re.compile(r"notebook 00|00_course_guide|\b00's", re.I)
 # Notebooks owned elsewhere that still use a symbol before defining it (the finding, for whoever edits them):
 KNOWN = {
     "01": "m: 01's own table makes m the bytes of a dropout-mask element, 00's the micro-batches per step",
-    "03": "s, h (b·s·h in the first cell), t (24/t) and d (2.5D's d=2) before any definition",
-    "06": "p and m (p=4, m=8) in the redundant-computation cell",
-    "09": "s (s = 2,048) and t (t = 8) in the summary table's cell; b in t5-3b is a model name the rule cannot tell",
 }
 
 

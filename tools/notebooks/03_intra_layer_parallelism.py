@@ -14,6 +14,10 @@
 # Everything below runs for real on local process groups (gloo on 127.0.0.1) and is
 # measured beside the formulas (predicted by labkit). The picture (predicted): one
 # GPT-3 175B layer's activations per GPU, by tensor-parallel degree.
+#
+# Symbols: b is the micro-batch size, s the sequence length, h the hidden size, a the attention
+# heads, t the tensor-parallel degree, d the depth of 2.5D's grid (notebook 00's table lists every
+# symbol of the lab).
 
 # %%
 from labkit import hardware

@@ -12,6 +12,8 @@
 # Below, processes are really killed with `SIGKILL`, checkpoints are real files written with
 # `torch.distributed.checkpoint`, and corruptions are real damaged bytes. Figures at cluster
 # scale come from labkit's formulas and simulator, fed with published failure rates.
+# Symbols: p is the number of pipeline stages, m the micro-batches per step (notebook 00's table
+# lists every symbol of the lab).
 
 # %%
 import atexit

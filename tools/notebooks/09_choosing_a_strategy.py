@@ -8,6 +8,8 @@
 # at all, to be fastest, cheapest or greenest. This notebook puts every technique's memory,
 # communication and extra compute in one table, from the same models the earlier notebooks
 # checked against measurements, and searches the combinations for a cluster you pick.
+# Symbols: b is the micro-batch size, s the sequence length, h the hidden size, t the tensor-parallel
+# degree, p the pipeline degree (notebook 00's table lists every symbol of the lab).
 
 # %%
 from labkit import hardware, references
