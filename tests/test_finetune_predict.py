@@ -137,3 +137,16 @@ def test_papers_claims_reproduced():
     assert ckpt.full_claimed / ckpt.predicted == pytest.approx(10_000, rel=0.1)  # "about 10,000 times"
     assert checks["lora-gpt3-training-memory"].predicted == pytest.approx(
         2 * model_shape("gpt3-175b").params, rel=0.003)
+
+
+def test_an_infinite_lora_alpha_is_refused_through_the_api():
+    import math
+
+    import pytest
+
+    from labkit.errors import LabkitError
+    from labkit.predict.finetune import Finetune
+
+    for bad in (math.inf, math.nan):
+        with pytest.raises(LabkitError, match="lora_alpha"):
+            Finetune("lora", alpha=bad)

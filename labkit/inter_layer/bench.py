@@ -12,7 +12,7 @@ import time
 
 from labkit import dist
 from labkit.inter_layer import bubble, zero
-from labkit.inter_layer.report import bubble_results_table, worst_zero_error
+from labkit.inter_layer.report import worst_zero_error
 
 
 def main(quick: bool = False) -> None:
@@ -26,4 +26,4 @@ def main(quick: bool = False) -> None:
     print(f"  ZeRO bytes and traffic, 4 strategies on 2 ranks ({time.perf_counter() - t0:.1f} s): "
           f"largest error {worst_zero_error(results):,.0f} (target: 0)")
     results = bubble.measure(2, bubble.CASES[: 2 if quick else len(bubble.CASES)], repeats=1 if quick else 3)
-    print("  " + bubble_results_table(results).replace("\n", "\n  "))
+    print("  " + bubble.table(results).replace("\n", "\n  "))

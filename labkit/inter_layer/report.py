@@ -62,17 +62,6 @@ def bubble_formula_table(cases: list[tuple[str, int, int, int]]) -> str:
     return text_table(["schedule", "(p-1)/(v*m+p-1)", "simulated, equal stages"], rows)
 
 
-def bubble_results_table(results: list[bubble.BubbleResult]) -> str:
-    """Measured and replayed bubble, median and range over the repeated steps, beside the formula (wall-clock)."""
-    def cell(xs: list[float], scale: float = 100, unit: str = "%") -> str:
-        mid, lo, hi = bubble.BubbleResult.spread(xs)
-        return f"{scale * mid:.0f}{unit} ({scale * lo:.0f}-{scale * hi:.0f})"
-
-    rows = [[r.label, f"{100 * r.formula:.0f}%", cell(r.replayed), cell(r.measured), cell(r.compute_ms, 1, " ms"),
-             cell(r.step_ms, 1, " ms")] for r in results]
-    return text_table(["schedule", "formula", "replayed", "measured", "one action", "step"], rows)
-
-
 def gradient_error_table(grid: dict[tuple[float, str], list[StageReport]]) -> str:
     """Relative error of the gradient each stage applied against the true one, median and largest (measured)."""
     rows = []

@@ -89,6 +89,8 @@ class Finetune:
             raise LabkitError(f"lora_rank must be a whole number of at least 1 (got {self.rank!r})")
         if self.alpha is not None:
             require_positive("lora_alpha", self.alpha, integer=False)
+            if not math.isfinite(self.alpha):
+                raise LabkitError(f"lora_alpha must be a finite positive number (got {self.alpha!r})")
 
     def check(self, shape: ModelShape, precision: str) -> Finetune:
         """Refuse what the model cannot take: unknown targets, a rank above a layer's width, QLoRA in fp32."""
