@@ -218,7 +218,8 @@ assert all(trends.values()), trends
 # How to read it. The formula assumes equal stages and free messages. The replayed
 # column is the schedule's own bubble with this CPU's stage costs: the stages are not quite
 # equal, so it differs from the formula by as much as they differ: mostly above it (a stage
-# slower than the others makes the rest wait), and for interleaving now and then a point below. Replaying each step's own
+# slower than the others makes the rest wait), and for interleaving now and then a point below.
+# Replaying each step's own
 # action times instead would let any action that another process slowed (a wall-clock
 # figure) show as a bubble the schedule does not have: on a busy machine that inverted the
 # trends. The measured column is the real step: time no stage computed, which neither the

@@ -214,7 +214,8 @@ assert max(r.ratio for r in table1) - min(r.ratio for r in table1) <= 0.15
 # sets of its profile by the same rule (all of a profile's fitted constants chosen together: the point
 # of their grids with the smallest worst-case |log(predicted/published)|; run on the sets they are
 # declared fitted on, the rule gives back every stored constant), or put back to its value before
-# fitting where no other set runs under that profile. The targets: every set within 15% in-sample and within 25% held out. A
+# fitting where no other set runs under that profile. The targets: every set within 15% in-sample
+# and within 25% held out. A
 # set on which nothing is fitted has the same range both ways. Under the table, in order: a note on
 # each set that is held out only within its own source; each fitted constant as fitted and before
 # fitting; the values each held-out set is judged by, and the sets they were chosen on; and each set
@@ -236,7 +237,8 @@ print(holdout.label_report())
 # chosen on other runs, but none of them is held out: each was watched, consulted while the model
 # was changed (the commits are printed), so its agreement is evidence the changes were steered by,
 # not an out-of-sample result. No set is held out today: a new published set enters as held out only
-# with its prediction recorded in the commit that adds it. Each set that misses a target would be printed as open with its reason,
+# with its prediction recorded in the commit that adds it. Each set that misses a target would be
+# printed as open with its reason,
 # and the assert fails the moment one starts to hold or another stops.
 #
 # Table 2 is the weakest evidence of the lot. Its ZeRO-3 rows rest on two constants that no other
