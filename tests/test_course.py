@@ -187,7 +187,7 @@ def test_the_key_prints_no_figure_repr(capsys, monkeypatch):
         make().update()
         return {"seen": nb}
 
-    monkeypatch.setattr(design, "find_solution", one_panel)
+    monkeypatch.setattr(key, "find_solution", one_panel)
     text = key.answer_key(designs=True)
     out = capsys.readouterr().out
     assert '"seen": "01"' in text and "Figure(" not in out + text and "\x1b" not in out + text

@@ -15,6 +15,7 @@ import pytest
 
 from labkit import practice
 from labkit.course.collect import COLUMNS, collect
+from labkit.course.design_key import find_solution
 from labkit.practice import design
 from labkit.teach import checks, journal
 from labkit.teach.widgets import MemoryPanel
@@ -57,7 +58,7 @@ def test_scripted_student_through_notebook_01(tmp_path, monkeypatch):
     assert not checks.reveal_number(50, 108.6e9, "Llama-2 7B needs", key=key)  # wrong, committed
     assert checks.check("01.bytes_per_param", 18).diagnosis  # wrong self-check, diagnosed
     panel = MemoryPanel(model="llama2-7b", gpu="RTX-4090", seq=2048).set_task(design.task("01"))
-    solution = design.find_solution("01")
+    solution = find_solution("01")
     panel.set_values(**solution)
     assert panel.check_design()[0]  # met
     _restart(monkeypatch)

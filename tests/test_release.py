@@ -69,11 +69,12 @@ def test_the_release_leaves_out_the_key_its_printer_and_the_instructors_files(re
     files = {str(p.relative_to(release)) for p in release.rglob("*") if p.is_file()}
     assert "labkit/teach/journal.py" in files and "datasets/hardware.toml" in files  # what a student runs
     assert "labkit/practice/build/harness.py" in files  # the build-it judge stays: it checks the student's module
-    for gone in ("labkit/course/key.py", "labkit/course/collect.py", "labkit/course/regrade.py",
-                 "labkit/course/regrade_code.py", "labkit/course/gradebook.py"):
+    for gone in ("labkit/course/key.py", "labkit/course/design_key.py", "labkit/course/collect.py",
+                 "labkit/course/regrade.py", "labkit/course/regrade_code.py", "labkit/course/gradebook.py"):
         assert gone not in files
     assert not any(f.startswith(("instructor", "tests", "labkit/course/sandbox")) for f in files)
     assert not any(Path(f).name in ("hidden.json", "predictions.json", "key.py") for f in files)
+    assert "find_solution" not in (release / "labkit" / "practice" / "design.py").read_text()  # no design search
     readme = (release / "README.md").read_text()
     make = (release / "Makefile").read_text()
     for pointer in ("instructor/", "make instructor", "make test", "key.py"):

@@ -4,7 +4,7 @@ Self-checks and reasoning exercises print their answer from labkit's model with 
 and the likely mistakes the check recognises; predictions print their question, and the value
 the solved notebooks revealed when ``tools/build_notebooks.py`` last ran them (it records each
 reveal's value in ``instructor/predictions.json``, outside the student release); design tasks
-print a setting of their panel that meets them, found by :func:`labkit.practice.design.find_solution`;
+print a setting of their panel that meets them, found by :func:`labkit.course.design_key.find_solution`;
 coding exercises point to their reference solution in ``instructor/key.py``, build-it exercises to
 their reference module in ``instructor/build/``.
 """
@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from labkit.course.copies import ROOT
+from labkit.course.design_key import find_solution
 from labkit.course.regrade import exercises, quiet_panels
 from labkit.practice.build import BUILDS
 from labkit.teach import prediction_mistakes
@@ -71,7 +72,7 @@ def answer_key(designs: bool = True, answers: Path = PREDICTION_ANSWERS) -> str:
                 out.append(f"- {key}: reference solution in {where}. {ex.task.splitlines()[0]}")
         if nb in design.TASKS:
             with quiet_panels():
-                solution = design.find_solution(nb) if designs else None
+                solution = find_solution(nb) if designs else None
             shown = json.dumps(solution) if solution else ("skipped" if not designs else "none found on the grid")
             out.append(f"- {nb}.design: {design.TASKS[nb][0]}\n    a setting that meets it: {shown}")
         out.append("")

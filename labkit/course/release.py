@@ -24,9 +24,9 @@ from labkit.errors import LabkitError
 
 FILES = ("pyproject.toml", "environment.yml")
 TREES = ("labkit", "datasets")
-INSTRUCTOR_ONLY = ("course/key.py", "course/collect.py", "course/regrade.py", "course/regrade_code.py",
-                   "course/gradebook.py", "course/similarity.py", "course/release.py", "course/sandbox",
-                   "course/sandbox.py")
+INSTRUCTOR_ONLY = ("course/key.py", "course/design_key.py", "course/collect.py", "course/regrade.py",
+                   "course/regrade_code.py", "course/gradebook.py", "course/similarity.py", "course/release.py",
+                   "course/sandbox", "course/sandbox.py")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", "labkit-journal.jsonl")
 
 README = """# labkit: memory and storage in large-model training (student release)

@@ -1,14 +1,12 @@
-"""Design tasks for the notebooks' panels: a goal, a check of the panel's current setting, and a proof it is solvable.
+"""Design tasks for the notebooks' panels: a goal and a check of the panel's current setting.
 
-Each task is a :class:`labkit.teach.widgets.DesignTask` made for one panel (``task(key)``) and a
-small grid of control settings (``SEARCH[key]``) over which :func:`find_solution` looks for
-a setting that meets it, so a test can show every task the lab sets has an answer on its
-own panel. The check names what is still missing, never just "no".
+Each task is a :class:`labkit.teach.widgets.DesignTask` made for one panel (``task(key)``). The check names
+what is still missing, never just "no". The proof that each task is solvable (a search over a small grid of
+settings) is instructors' material and lives in :mod:`labkit.course.design_key`, outside the student release.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 from labkit.errors import require_choice
@@ -65,39 +63,8 @@ TASKS: dict[str, tuple[str, Callable[[Panel], tuple[bool, str]], Callable[[], Pa
            "plan does it.", design_topics.advisor_check, design_topics.advisor_panel),
 }
 
-SEARCH: dict[str, dict[str, list]] = {
-    "01": {"precision": ["bf16-mixed", "fp32"], "recompute": ["none", "selective", "full"],
-           "zero_stage": [0, 1, 2, 3], "dp": [1, 2, 4, 8], "micro_batch": [1]},
-    "02": {"schedule": ["1f1b", "interleaved"], "chunks": [1, 2, 3], "microbatches": [64, 96], "dp": [8]},
-    "03": {"mode": ["1d", "2d", "2.5d", "3d"], "devices": [8, 16, 64], "depth": [1, 2]},
-    "04": {"policy": ["vdnn-all", "swapadvisor"], "link_gbps": [16.0, 32.0, 64.0]},
-    "05": {"optimizer_bits": [32, 8], "precision": ["bf16-mixed", "fp32"],
-           "recompute": ["none", "selective", "sqrt", "full"]},
-    "06": {"gpus": list(range(16384, 32769, 1024))},
-    "07": {"model": ["llama2-70b", "gpt3-175b"], "gpu": ["H100-SXM", "A100-80GB"], "gpus": [0, 512],
-           "batch": [32.0, 4096.0]},
-    "08": {"array_size": [128, 256], "reads": [8, 16], "adc_bits": [9, 10]},
-    "09": {"model": ["llama2-70b"], "gpu": ["H100-SXM"], "seq": [4096], "batch": [1024], "goal": ["fastest"],
-           "gpus": [256, 512, 1024, 2048]},
-}
-
-
 def task(key: str) -> DesignTask:
     """The design task of notebook ``key`` ("01", ...), ready for ``panel.set_task``."""
     require_choice("design task", key, TASKS)
     goal, check, _ = TASKS[key]
     return DesignTask(goal, check, f"{key}.design")
-
-
-def find_solution(key: str) -> dict | None:
-    """The first setting of ``SEARCH[key]`` that meets task ``key`` on a fresh panel, or None."""
-    require_choice("design task", key, TASKS)
-    goal, check, make = TASKS[key]
-    panel = make()
-    grid = SEARCH[key]
-    for values in itertools.product(*grid.values()):
-        setting = dict(zip(grid, values, strict=True))
-        panel.set_values(**setting)
-        if check(panel)[0]:
-            return setting
-    return None
