@@ -28,9 +28,7 @@ IDENT = re.compile(r"(?<![\w.'’-])(\d*)([A-Za-zΨ_]+)(?!\w)")
 UNITS = re.compile(r"\b(?:[KMGTP]i?B|B|FLOP|bytes?|tokens?|steps?|samples?|ops?)/s\b")
 POINTER = re.compile(r"notebook 00|00_course_guide|\b00's", re.I)
 # Notebooks owned elsewhere that still use a symbol before defining it (the finding, for whoever edits them):
-KNOWN = {
-    "01": "m: 01's own table makes m the bytes of a dropout-mask element, 00's the micro-batches per step",
-}
+KNOWN: dict[str, str] = {}
 
 
 def cells(path: Path) -> list[tuple[str, str]]:

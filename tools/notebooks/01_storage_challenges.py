@@ -35,7 +35,7 @@
 # | *Ψ* | number of parameters (ZeRO's letter) |
 # | *K* | optimizer bytes per parameter (ZeRO: 12 for mixed-precision Adam: fp32 master weights, momentum, variance) |
 # | *N_d* | data-parallel degree: how many GPUs share (ZeRO: shard) the model states |
-# | *e*, *m* | bytes per activation element, bytes per dropout-mask element |
+# | *e*, *e_m* | bytes per activation element, bytes per dropout-mask element (*m* is micro-batches, as in 00) |
 #
 # B is a byte; counts are spelled out or written "bn" (billion); GB = 10⁹ B, GiB = 2³⁰ B.
 # GPU makers' "GB" is not 10⁹ B: an A100 sold as "80 GB" holds 80 GiB (what `nvidia-smi` reports,
@@ -202,8 +202,8 @@ timeline_plot(timeline, "One step of the tiny GPT, storage by storage (measured)
 # AdamW holds 4 (weights) + 4 (gradients) + 8 (two moments) bytes per parameter, the
 # same 16 as ZeRO's mixed-precision 2 + 2 + 12 (section 3.1; the bf16 run below). Activations
 # follow Korthikanti et al. (2022), written with the element size *e* (4 bytes here)
-# and the dropout-mask size *m* (1 byte: a bool mask):
-# s·b·h·(16e + 2m) + a·s²·b·(2e + m) per layer. The `assert` fails if they disagree.
+# and the dropout-mask size *e_m* (1 byte: a bool mask):
+# s·b·h·(16e + 2e_m) + a·s²·b·(2e + e_m) per layer. The `assert` fails if they disagree.
 
 # %%
 print(f"{shape.params:,} parameters (predicted from the shape), in "
