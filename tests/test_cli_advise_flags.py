@@ -59,7 +59,8 @@ CASES = [
     (LLAMA, ["--precision", "FP8"], "precision must be one of bf16-mixed, fp32, fp8"),
     (("advise", "--model", "llama2-7b", "--batch", "64", "--gpu", "A100-80GB", "--gpus", "8", "--dp", "8", "--tp",
       "1", "--pp", "1", "--zero", "3"), ["--precision", "fp8"],
-     "precision fp8 needs a GPU with FP8 tensor cores: one of H100-SXM, H100-HBM2e-96GB, H200 (got A100-80GB)"),
+     "precision fp8 needs a GPU with FP8 tensor cores: one of H100-SXM, H100-HBM2e-96GB, H200, B200, GB200, MI300X, "
+     "L40S (got A100-80GB)"),
     (("advise", "--model", "gpt2", "--batch", "8", "--gpu", "V100-32GB", "--gpus", "1", "--dp", "1", "--tp", "1",
       "--pp", "1"), ["--precision", "fp8"], "precision fp8 needs a GPU with FP8 tensor cores"),
     # attention

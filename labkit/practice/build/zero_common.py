@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from labkit.practice.build.records import OpLog, load_module, recording
+from labkit.rig.step import optimizer_step
 
 STEPS, ROWS, IN = 3, 24, 8  # 24 rows: an equal slice on 2, 3 and 4 ranks (the mean of the means is the mean)
 MOMENT_BYTES = 8  # exp_avg and exp_avg_sq in fp32 (ZeRO's K = 8 for fp32 training without master weights)
@@ -92,7 +93,7 @@ def zero_rank(rank: int, world_size: int, log: OpLog, path: str, params: dict, c
             nn.functional.mse_loss(model(x.chunk(world_size)[rank]), y.chunk(world_size)[rank]).backward()
             held = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
             log.mark(f"step{step}")
-            opt.step()
+            optimizer_step(opt, zero_grad=False)  # the learner's optimizer; gradients were zeroed above
             log.mark(f"done{step}")
         steps.append({"params": flat(model).clone(), "inner_grad": seen[-1] if seen else torch.zeros(0),
                       "held_grad_bytes": int(held), "inner_steps": len(seen)})

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from labkit.practice.build.zero_common import batch, flat, mlp
+from labkit.rig.step import optimizer_step
 
 TOL = 2e-6
 KINDS = {"reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
@@ -34,7 +35,7 @@ def trajectory(params: dict, **override: Any) -> list[tuple[torch.Tensor, torch.
         opt.zero_grad(set_to_none=True)
         nn.functional.mse_loss(model(x), y).backward()
         grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        opt.step()
+        optimizer_step(opt, zero_grad=False)
         out.append((flat(model).clone(), grad.clone()))
     return out
 
