@@ -247,3 +247,24 @@ def ranks(fn: Callable[..., Any], world_size: int, path: str | Path, *, timeout:
 def ask(fn: Callable[..., Any], path: str | Path, *, timeout: float = 30.0, **kwargs: Any) -> dict:
     """Ask the learner's module something that needs no group (a schedule, bounds) in a 1-rank child process."""
     return ranks(fn, 1, path, timeout=timeout, **kwargs)
+
+
+def grouped(fn: Callable[..., Any], paths: list[Path], params: dict[str, Any], timeout: float) -> list[dict]:
+    """One record per module: for each world size in ``params["worlds"]``, one launch of ``fn`` that runs every
+    module (``paths=[...]``; each rank returns one entry per module, in order).
+
+    A test groups its mutants this way (one group of processes per world for all of them); a learner's check is
+    the list of one. A launch that fails (a hang, a crash) is that world's fault entry in every module's record,
+    and the next world sizes are skipped: they would only repeat it, and its timeout.
+    """
+    out: list[dict[str, Any]] = [{"runs": []} for _ in paths]
+    for world in params["worlds"]:
+        got = ranks(fn, int(world), paths[0], timeout=timeout * len(paths), params=params,
+                    paths=[str(p) for p in paths])
+        ok = isinstance(got.get("ranks"), list) and all(isinstance(r, list) and len(r) == len(paths)
+                                                         for r in got["ranks"])  # fmt: skip
+        for i, rec in enumerate(out):
+            rec["runs"].append({**got, "ranks": [r[i] for r in got["ranks"]]} if ok else got)
+        if not ok:
+            break
+    return out

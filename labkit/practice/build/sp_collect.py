@@ -110,18 +110,8 @@ def sp_rank(rank: int, world: int, log: records.OpLog, path: str, params: dict[s
 
 
 def collect_many(paths: list[Path], params: dict[str, Any]) -> list[dict[str, Any]]:
-    """One record per module: one launch per world size for all of them (a test's mutants share it)."""
-    out: list[dict[str, Any]] = [{"runs": []} for _ in paths]
-    for world in params["worlds"]:
-        got = records.ranks(sp_rank, int(world), paths[0], timeout=TIMEOUT_S * len(paths), params=params,
-                            paths=[str(p) for p in paths])
-        ok = isinstance(got.get("ranks"), list) and all(isinstance(r, list) and len(r) == len(paths)
-                                                         for r in got["ranks"])  # fmt: skip
-        for i, rec in enumerate(out):
-            rec["runs"].append({**got, "ranks": [r[i] for r in got["ranks"]]} if ok else got)
-        if not ok:
-            break  # a hang or a crash: the next world size would only repeat it
-    return out
+    """One record per module, one launch per world size for all of them (:func:`records.grouped`)."""
+    return records.grouped(sp_rank, paths, params, TIMEOUT_S)
 
 
 def collect(path: Path, params: dict[str, Any]) -> dict[str, Any]:

@@ -128,22 +128,8 @@ def tp_rank(rank: int, world: int, log: records.OpLog, path: str, params: dict[s
 
 
 def collect_many(paths: list[Path], params: dict[str, Any]) -> list[dict[str, Any]]:
-    """One record per module: for each world size in ``params["worlds"]``, one launch that runs every module.
-
-    A test groups its mutants this way (one group of processes per world for all of them); a learner's check is
-    the list of one. A launch that fails (a hang, a crash) is that world's fault entry in every module's record.
-    """
-    out: list[dict[str, Any]] = [{"runs": []} for _ in paths]
-    for world in params["worlds"]:
-        got = records.ranks(tp_rank, int(world), paths[0], timeout=TIMEOUT_S * len(paths), params=params,
-                            paths=[str(p) for p in paths])
-        ok = isinstance(got.get("ranks"), list) and all(isinstance(r, list) and len(r) == len(paths)
-                                                         for r in got["ranks"])  # fmt: skip
-        for i, rec in enumerate(out):
-            rec["runs"].append({**got, "ranks": [r[i] for r in got["ranks"]]} if ok else got)
-        if not ok:
-            break  # a hang or a crash on one world size: the next ones would only repeat it (and its timeout)
-    return out
+    """One record per module, one launch per world size for all of them (:func:`records.grouped`)."""
+    return records.grouped(tp_rank, paths, params, TIMEOUT_S)
 
 
 def collect(path: Path, params: dict[str, Any]) -> dict[str, Any]:
