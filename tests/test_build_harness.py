@@ -130,3 +130,20 @@ def test_op_logs_and_stderr_name_where_ranks_blocked(tmp_path):
         dg.tensor({"t": torch.zeros(3)}, "t", (4,))
     with pytest.raises(dg.BadRecord, match="must be int"):
         dg.field({"n": True}, "n", int)
+
+
+def test_judge_record_leaves_the_callers_random_stream_as_it_was(monkeypatch):
+    """The judges seed torch's RNG for their references; the harness forks it once for all of them."""
+    import dataclasses
+
+    import torch
+
+    from labkit.practice.build import harness
+
+    key = next(iter(harness.BUILDS))
+    reseeding = dataclasses.replace(harness.BUILDS[key], judge=lambda record, params: torch.manual_seed(0) and [])
+    monkeypatch.setitem(harness.BUILDS, key, reseeding)
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    assert harness.judge_record(key, {}, {}) == []
+    assert torch.equal(torch.get_rng_state(), before)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from labkit.errors import LabkitError, require_choice
 from labkit.practice.build.diagnosis import BadRecord
 from labkit.practice.build.records import learner_frames, load_module  # noqa: F401 - the harness API, rank side
@@ -149,7 +151,8 @@ def judge_record(key: str, record: Any, params: dict) -> list[Case]:
     if not isinstance(record, dict):
         return [Case("the run's record is well-formed", False, f"a record is a dict (got {type(record).__name__})")]
     try:
-        return ex.judge(record, params)
+        with torch.random.fork_rng():  # a judge seeds torch's RNG for its reference; the caller's stream stays
+            return ex.judge(record, params)
     except (BadRecord, KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as err:
         return [Case("the run's record is well-formed", False, f"malformed record: {type(err).__name__}: {err}")]
 

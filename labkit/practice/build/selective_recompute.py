@@ -116,13 +116,8 @@ def _plain(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
-    """Output and gradients bit for bit against the plain layer; the bytes kept against selective's prediction.
-    (The reference seeds torch's RNG: the caller's stream is left as it was.)"""
-    with torch.random.fork_rng():
-        return _judge(record, params)
-
-
-def _judge(record: dict[str, Any], params: dict[str, Any]) -> list[Case]:
+    """(TRUSTED side.) Output and gradients bit for bit against the plain layer; the bytes kept against
+    selective's prediction."""
     if stop := dg.failure_case(record, f"selective_forward runs within {TIMEOUT_S:g} s", {"raised": GRADS}):
         return [stop]
     r = dg.field(dg.ranks_of(record, 1), 0, dict)
