@@ -33,17 +33,23 @@ class FullReport(OwnModelReport):
         return "\n".join(lines)
 
 
+_ROUNDING = "512-byte allocator rounding (counted from this step's storages)"
+_ATTENTION = "CUDA's attention kernels in place of the CPU's (seed and offset; no math fallback), predicted"
+
+
 def _cuda_terms(rec: RecordedStep, batch: int, seq: int, cuda_acts: float, cpu_acts: float) -> dict:
     from labkit.predict.step_peak import cublas_workspace_bytes
 
     return {"cuBLAS workspaces (2 x 32 MiB, compute capability 9)": 2 * cublas_workspace_bytes(9),
             "batch on the device (int64 ids, the labels the same tensor)": 8 * batch * seq,
-            "CUDA's attention kernels in place of the CPU's (seed and offset; no math fallback), predicted":
-                int(cuda_acts - cpu_acts),
+            _ATTENTION: int(cuda_acts - cpu_acts),
             "512-byte allocator rounding (counted from this step's storages)": rec.rounded_peak - rec.peak.peak}
 
 
-_ROUNDING = "512-byte allocator rounding (counted from this step's storages)"
+def _cuda_peak(by_phase: dict[str, int], attention_delta: int) -> int:
+    """The step's peak with CUDA's attention kernels: their saved bytes differ only while activations are alive
+    (forward and backward), so a peak in the optimizer phase, with no activation left, keeps its CPU value."""
+    return max(b + (attention_delta if ph in ("forward", "backward") else 0) for ph, b in by_phase.items())
 
 
 def _report(name, params, batch, seq, precision, attention, cache, trainer, rec, categories, per_layer, outside,
@@ -63,7 +69,9 @@ def _report(name, params, batch, seq, precision, attention, cache, trainer, rec,
     if cuda is not None:
         cuda_acts, cpu_acts, predicted = cuda
         terms = _cuda_terms(rec, batch, seq, cuda_acts, cpu_acts)
-        cuda_info = {"terms": terms, "measured_peak": pk.peak + sum(terms.values()) - terms[_ROUNDING],
-                     "measured_peak_rounded": pk.peak + sum(terms.values()), "predicted_peak": predicted}
+        at_peak = _cuda_peak(pk.by_phase, terms[_ATTENTION])
+        rest = sum(v for k, v in terms.items() if k not in (_ROUNDING, _ATTENTION))
+        cuda_info = {"terms": terms, "measured_peak": at_peak + rest,
+                     "measured_peak_rounded": at_peak + rest + terms[_ROUNDING], "predicted_peak": predicted}
     return FullReport(name, params, setup, categories, layer_rows,
                       (sum(rec.memory.outside_layers().values()), outside), peak, {}, cuda_info, rec)

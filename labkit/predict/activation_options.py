@@ -31,7 +31,9 @@ sdpa path copy two of Q, K, V; the CPU's ``F.dropout`` keeps a mask as wide as t
 At micro-batch 1 the reshape before a batched matmul can be a view instead of a copy; in GPT-2 a
 saved Q or K then keeps the whole fused QKV output alive (+2 e*s*b*h), which happens with eager
 attention and the cache on, or the math fallback and the cache off (the cache copies two of Q, K, V
-first, and which ones decides it). Tested for GPT-2 at micro-batch 1; for the Llama family at
+first, and which ones decides it); not when the math fallback upcasts 16-bit Q, K, V to fp32, whose
+copies alias nothing (GPT-3 175B's shape in bf16-mixed, +3% a layer before this was seen). Tested for
+GPT-2 at micro-batch 1; for the Llama family at
 micro-batch 1 with a single KV head, repeat_kv aliases too, and that case is not claimed.
 
 Outside the layers: position ids (GPT-2), the embedding dropout mask, the final norm, the
@@ -137,7 +139,7 @@ def activation_terms_hf(shape: ModelShape, seq: int, micro_batch: int, opt: Acti
         elif opt.softmax_fp32 and e != 4:
             terms += [ActivationTerm("softmax cast", "16-bit copy of the probabilities P V keeps", e * ass)]
         terms += [ActivationTerm("output input", "output projection input", e * sbh)]
-        if b == 1 and not opt.rotary and (opt.cache != math):
+        if b == 1 and not opt.rotary and (opt.cache != math) and ce == e:  # an upcast copy aliases nothing
             terms += [ActivationTerm("fused QKV kept whole", "micro-batch 1: a saved Q or K is a view of the "
                                      "fused QKV output, keeping all three alive", 2 * ce * sbh)]
     else:
