@@ -45,6 +45,8 @@ def test_peaks_agree_within_the_prefetch_window(run):
         for peak in (r.measured_peak_bytes, r.simulated_peak_bytes):
             assert cal.states_bytes + max(sizes) <= peak < cal.states_bytes + 0.5 * sum(sizes)
         assert math.isfinite(r.measured_added_s) and math.isfinite(r.simulated_added_s)
+        low, high = r.measured_added_range_s
+        assert low <= r.measured_added_s <= high and r.pairs == 1  # the median lies within the pairs' range
     assert len(cal.table()) == 2 and "added ms measured" in cal.table()[0]
 
 

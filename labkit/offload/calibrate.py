@@ -69,6 +69,8 @@ class Row:
     measured_peak_bytes: int  # model states + saved activations on the budgeted device
     simulated_peak_bytes: float
     calibrated_added_s: float = 0.0  # simulated, with the measured software cost as a term of each op
+    measured_added_range_s: tuple[float, float] = (0.0, 0.0)  # lowest and highest paired difference
+    pairs: int = 0  # paired differences behind the median
 
 
 @dataclass(frozen=True)
@@ -225,12 +227,16 @@ def layer_times(trainer: Trainer, repeats: int = 3) -> dict[str, tuple[float, fl
     return out
 
 
-def _measured(trainer: Trainer, trace: Trace, store: str, root: str | None, repeats: int) -> tuple[int, float, int]:
-    """(bytes out and back per step, median seconds an offloaded forward + backward adds, peak resident bytes).
+def _measured(trainer: Trainer, trace: Trace, store: str, root: str | None,
+              repeats: int) -> tuple[int, float, tuple[float, float], int]:
+    """(bytes out and back per step, median seconds an offloaded forward + backward adds, the lowest and highest
+    paired difference, peak resident bytes).
 
     Plain and offloaded steps alternate, each pair on the same batch and weights, and the added seconds are
     the median of the pairs' differences (a slow spell of a shared machine then hits both terms of a pair).
-    The offloader is entered for its step only; the first pair warms up and is dropped.
+    A spell that hits one term only makes that pair's difference too large or negative: the range says how
+    far the pairs spread, so a reader can tell a busy machine's figure from a quiet one's. The offloader is
+    entered for its step only; the first pair warms up and is dropped.
     """
     diffs, moved, peak = [], 0, 0
     for i in range(repeats + 1):
@@ -240,7 +246,7 @@ def _measured(trainer: Trainer, trace: Trace, store: str, root: str | None, repe
             moved, peak = off.stats.bytes_written + off.stats.bytes_read, max(peak, off.peak)
         if i:
             diffs.append(offloaded - plain)
-    return moved, statistics.median(diffs), peak
+    return moved, statistics.median(diffs), (min(diffs), max(diffs)), peak
 
 
 def calibrate(stores: tuple[str, ...] = STORES, repeats: int = 3, root: str | None = None,
@@ -276,7 +282,7 @@ def calibrate(stores: tuple[str, ...] = STORES, repeats: int = 3, root: str | No
         plan = Plan(swap, (AHEAD,) * len(ops), "host" if store == "dram" else "disk", "direct", True)
         sim: Result = simulate_iteration(ops, m, plan)
         cal = simulate_iteration(with_software(ops, sw), m, plan)
-        moved, added_s, peak = _measured(trainer, trace, store, root, repeats)
+        moved, added_s, spread, peak = _measured(trainer, trace, store, root, repeats)
         rows.append(Row(store, moved, sim.bytes_moved, added_s, sim.time_s - plain_s, peak,
-                        sim.peak_bytes, cal.time_s - plain_s))
+                        sim.peak_bytes, cal.time_s - plain_s, spread, repeats))
     return Calibration(copy_bps, copy_s, disk, file_s, states, tuple(ops), tuple(rows), sw)
