@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,27 +46,30 @@ class Bandwidths:
     probe_bytes: int
 
 
-def measure_bandwidths(root: str | Path, probe_bytes: int = PROBE_BYTES) -> Bandwidths:
-    """Write + fsync a file in ``root``, hash the same bytes, clone a tensor of that size: bytes / seconds."""
+def measure_bandwidths(root: str | Path, probe_bytes: int = PROBE_BYTES, repeats: int = 3) -> Bandwidths:
+    """Write + fsync a file in ``root``, hash the same bytes, clone a tensor of that size: bytes / seconds, each the
+    median of ``repeats`` rounds (one round on a shared machine can land behind another process: issue 40)."""
     require_positive("probe_bytes", probe_bytes)
+    require_positive("repeats", repeats)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     data = os.urandom(probe_bytes)
     path = root / "bandwidth-probe.bin"
-    t0 = time.perf_counter()
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    write = time.perf_counter() - t0
-    path.unlink()
-    t0 = time.perf_counter()
-    hashlib.sha256(data).hexdigest()
-    sha = time.perf_counter() - t0
     src = torch.empty(probe_bytes // 4)
-    t0 = time.perf_counter()
-    src.clone()
-    copy = time.perf_counter() - t0
+    rounds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        t1 = time.perf_counter()
+        path.unlink()
+        hashlib.sha256(data).hexdigest()
+        t2 = time.perf_counter()
+        src.clone()
+        rounds.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+    write, sha, copy = (statistics.median(r[k] for r in rounds) for k in range(3))
     return Bandwidths(probe_bytes / write, probe_bytes / sha, probe_bytes / copy, probe_bytes)
 
 
