@@ -9,6 +9,7 @@ import sys
 from labkit.cli.calibrate import load_calibration
 from labkit.cli.common import parse_int
 from labkit.cli.finetune_args import add_finetune_flags, measure_finetune
+from labkit.cli.measure_sharded import add_sharded_flags, run_sharded, wants_sharded
 from labkit.errors import LabkitError
 from labkit.predict.attention import torch_name
 
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--snapshot", help="with --full: write the step as a memory_viz snapshot (a pickle of plain "
                    "dicts: python -m torch.cuda._memory_viz trace FILE, or pytorch.org/memory_viz)")
     add_finetune_flags(p, measuring=True)
+    add_sharded_flags(p)
     p.set_defaults(run=run)
 
 
@@ -45,6 +47,8 @@ def run(a: argparse.Namespace) -> int:
 
     batch, seq = parse_int("batch", a.batch), parse_int("seq", a.seq)
     layers = parse_int("layers", a.layers) if a.layers is not None else None
+    if wants_sharded(a):
+        return run_sharded(a, batch, seq, layers)
     if a.full:
         from labkit.cli.measure_full import parse_dropout, run_full
 

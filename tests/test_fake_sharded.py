@@ -1,0 +1,120 @@
+"""One rank of an 8-rank FSDP2 and tensor-parallel layout at Llama-2-70B's widths, beside ``labkit advise``.
+
+The step runs on torch's fake process group (one process, no peer) under fake tensors, two layers of the real
+widths (the per-layer shards are those of the 80-layer model). Exact to the byte: FSDP2's parameters, gradients
+and optimizer states per rank in fp32, the model states' sum under FSDP2's bf16 mixed precision (its split is
+FSDP2's 4 + 4 + 8, not ZeRO's 2 + 2 + 12: tested as such), and tensor parallelism's once the replicated norms
+are counted. Not exact, and bounded as stated: the activations alive after forward (transformers' eager layers
+beside Korthikanti et al.'s fused-attention count) and the peak, which ZeRO-3's prediction takes without FSDP2's
+gathered working set. Each call makes and destroys its own fake group, so no group outlives a test.
+Cost: about 12 s on 2 cores, one process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from labkit.advisor.costing import Layout
+from labkit.advisor.footprint import memory
+from labkit.cli import main
+from labkit.errors import LabkitError
+from labkit.measure.fake_build import load
+from labkit.measure.fake_sharded import measure_sharded, predict_layout
+
+SEQ = 512
+
+
+def _run(layout, precision="fp32"):
+    return measure_sharded("llama-2-70b", layout, 8, 1, SEQ, precision, layers=2, progress=lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def fsdp32():
+    return _run("fsdp")
+
+
+@pytest.mark.parametrize(("layout", "lay"), [("fsdp", Layout(dp=8, tp=1, pp=1, zero_stage=3, precision="fp32")),
+                                             ("tp", Layout(dp=1, tp=8, pp=1, sp=False, precision="fp32"))])
+def test_prediction_is_labkit_advise_for_the_layout(layout, lay):
+    spec = load("llama-2-70b", 2)
+    ours, theirs = predict_layout(spec, layout, 8, 1, SEQ, "fp32"), memory(spec.shape, SEQ, lay, 1)
+    for key in ("parameters", "gradients", "optimizer", "activations", "total"):
+        assert ours[key] == theirs[key], key
+
+
+def test_fsdp2_8_ranks_model_states_to_the_byte(fsdp32):
+    c = fsdp32.categories
+    for name in ("parameters", "gradients", "optimizer states", "model states"):
+        assert c[name][0] == c[name][1], name
+    assert c["parameters"][0] == 4 * load("llama-2-70b", 2).shape.params // 8
+
+
+def test_fsdp2_peak_is_the_prediction_plus_the_gathered_working_set(fsdp32):
+    """ZeRO-3's prediction has no gathered parameters; FSDP2 holds a layer's and the root's (not resharded after
+    forward), the all-gather and reduce-scatter buffers: without them the measured peak is under the prediction."""
+    gathered = fsdp32.categories["FSDP2 gathered working set at the peak"][0]
+    assert gathered > 2 * fsdp32.categories["parameters"][0]
+    assert fsdp32.peak["measured"] - gathered < fsdp32.peak["predicted"] < fsdp32.peak["measured"]
+    assert sum(fsdp32.tracker_at_peak.values()) == fsdp32.peak["measured"]
+
+
+def test_activations_within_the_stated_share(fsdp32):
+    """transformers' layers keep more than the fused-attention count (module text): within 15% for FSDP."""
+    m, p = fsdp32.categories["activations (alive after forward)"]
+    assert p < m < 1.15 * p
+
+
+def test_fsdp2_bf16_mixed_keeps_fp32_shards_and_the_same_states():
+    r = _run("fsdp", "bf16-mixed")
+    c = r.categories
+    assert c["model states"][0] == c["model states"][1]
+    assert c["parameters"][0] == 2 * c["parameters"][1] and c["gradients"][0] == 2 * c["gradients"][1]
+
+
+def test_tensor_parallel_8_ranks_to_the_byte_with_replicated_norms():
+    r = _run("tp")
+    c = r.categories
+    spec = load("llama-2-70b", 2)
+    norms = 4 * spec.shape.hidden * (2 * spec.shape.layers + 1)
+    extra = norms - norms // 8
+    assert c["parameters"][0] - c["parameters"][1] == extra
+    assert c["gradients"][0] - c["gradients"][1] == extra
+    assert c["optimizer states"][0] - c["optimizer states"][1] == 2 * extra
+    assert r.peak["phase"] == "optimizer"
+
+
+def test_cli_fsdp_json(capsys):
+    assert main(["measure", "--hf-config", "llama-2-70b", "--layers", "1", "--full", "--fsdp", "8", "--seq", "64",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"] == "fsdp" and out["world"] == 8
+    assert out["categories"]["model states"][0] == out["categories"]["model states"][1]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("tp", 3), "world must divide the model's heads (64) for tp"),
+    (("fsdp", 512), "their gcd is 256"),
+    (("fsdp", 1), "world must be between 2"),
+    (("pp", 8), "cannot be traced on one fake rank"),
+    (("zero", 8), "layout must be one of"),
+])
+def test_bad_layout_is_one_line(args, says):
+    with pytest.raises(LabkitError, match=re.escape(says)) as e:
+        measure_sharded("llama-2-70b", *args, layers=1, progress=lambda s: None)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--hf-config", "llama-2-70b", "--fsdp", "8"], "fsdp needs --full"),
+    (["--hf-config", "llama-2-70b", "--full", "--fsdp", "8", "--tp", "8"], "cannot be given together"),
+    (["--hf-config", "gpt2", "--full", "--tp", "4"], "Llama, Mistral or Qwen2"),
+    (["--hf-config", "llama-2-70b", "--full", "--tp", "8", "--precision", "bf16-mixed"], "precision must be"),
+    (["--full", "--tp", "8"], "tp needs --hf-config"),
+])
+def test_cli_bad_input_is_one_line(capsys, argv, says):
+    assert main(["measure", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err
