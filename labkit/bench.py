@@ -7,9 +7,11 @@ the figures, and the tests never check them:
 * the analytic model (``labkit.predict.estimate``) predicts the model states of a real
   micro-run exactly and its per-layer activations within a few per cent;
 * each notebook in ``labs/`` runs headless in under 120 s;
-* ``--notebooks`` also runs 02's bubble study and 05's codec speed table with two busy processes competing and
-  prints whether each trend those notebooks assert held (``bubble.trends``, ``compress.speed_trends``), then
-  runs notebooks 02 and 05 under the same load (issue 40): a regression shows as a ``NO`` or a failed cell.
+* ``--notebooks`` also runs 02's bubble study, 05's codec speed table and 06's checkpoint stalls with two busy
+  processes competing and prints whether each trend those notebooks assert held (``bubble.trends``,
+  ``compress.speed_trends``, ``resilience.trends.save_cost``), then runs every notebook whose cells assert a trend
+  that depends on timing (``NOTEBOOKS``) under the same load (issue 40): a regression shows as a ``NO`` or a
+  failed cell. The other notebooks' asserted trends are deterministic (models, simulations, seeded runs).
 """
 
 from __future__ import annotations
@@ -182,7 +184,8 @@ def _print_step_times(path: str) -> None:
 # Under load (issue 40): a course server or a laptop with a browser open runs other work beside the lab; on a loaded
 # 2-core machine 02's replayed bubble once put interleaving above 1F1B and 05's speed table showed a cold first row.
 BUSY = 2  # competing processes, each a Python loop that never sleeps
-NOTEBOOKS = ("02_inter_layer_parallelism.ipynb", "05_data_reduction.ipynb")  # their cells assert the trends
+NOTEBOOKS = ("02_inter_layer_parallelism.ipynb", "05_data_reduction.ipynb",  # their cells assert timing trends
+             "06_fault_tolerance.ipynb")
 
 
 @contextmanager
@@ -199,15 +202,19 @@ def busy(n: int = BUSY) -> Iterator[list[int]]:
 
 
 def studies_under_load(quick: bool = False) -> dict[str, bool]:
-    """02's bubble study and 05's speed table with ``BUSY`` competing processes: each claimed trend, held or not."""
+    """02's bubble study, 05's speed table and 06's checkpoint stalls with ``BUSY`` competing processes: each claimed
+    trend, held or not."""
     from labkit.inter_layer import bubble
     from labkit.reduction import compress
+    from labkit.resilience import save_cost, trends
 
-    with busy():
+    with busy(), tempfile.TemporaryDirectory(prefix="labkit-bench-save-") as tmp:
         bubbles = bubble.measure(2, repeats=1 if quick else 3)
         rows = compress.compression_table(compress.samples())
+        _, costs = save_cost.save_costs(tmp, repeats=1 if quick else 3)
     return {**{f"02: {k}": v for k, v in bubble.trends(bubbles).items()},
-            **{f"05: {k}": v for k, v in compress.speed_trends(rows).items()}}
+            **{f"05: {k}": v for k, v in compress.speed_trends(rows).items()},
+            **{f"06: {k}": v for k, v in trends.save_cost(costs).items()}}
 
 
 def notebooks_under_load(labs: Path, names: tuple[str, ...] = NOTEBOOKS) -> list[tuple[str, float, str]]:
@@ -234,7 +241,8 @@ def notebooks_under_load(labs: Path, names: tuple[str, ...] = NOTEBOOKS) -> list
 
 
 def _print_under_load(labs: Path, quick: bool = False) -> None:
-    """02's and 05's trends with ``BUSY`` busy processes competing (issue 40), then those notebooks under load."""
+    """02's, 05's and 06's timing trends with ``BUSY`` busy processes competing (issue 40), then ``NOTEBOOKS``
+    under load."""
     t0 = time.perf_counter()
     held = studies_under_load(quick)
     print(f"\nTrends the notebooks claim, with {BUSY} busy processes competing ({time.perf_counter() - t0:.0f} s)")
@@ -242,7 +250,8 @@ def _print_under_load(labs: Path, quick: bool = False) -> None:
         print(f"  {'yes' if ok else 'NO '}  {claim}")
     if quick or not all((labs / n).exists() for n in NOTEBOOKS):
         return
-    print(f"Notebooks 02 and 05 executed headless with {BUSY} busy processes (their cells assert the trends)")
+    print(f"Notebooks {', '.join(n[:2] for n in NOTEBOOKS)} executed headless with {BUSY} busy processes (their "
+          "cells assert the trends)")
     for name, seconds, error in notebooks_under_load(labs):
         print(f"  {name:<40} {seconds:7.1f} s  " + (f"FAILED: {error}" if error else "every assert held"))
 
@@ -250,7 +259,7 @@ def _print_under_load(labs: Path, quick: bool = False) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit bench", description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", action="store_true", help="also time each labs/*.ipynb, headless, and run "
-                        "02's and 05's trend studies and notebooks under load (two busy processes)")
+                        "the timing trend studies and notebooks (02, 05, 06) under load (two busy processes)")
     parser.add_argument("--quick", action="store_true", help="fewer steps and configurations")
     parser.add_argument("--calibration", help="a labkit calibrate file: step time predicted on it beside measured")
     parser.add_argument("--step-time", action="store_true", help="only the step-time comparison (needs --calibration)")

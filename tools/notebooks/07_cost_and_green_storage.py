@@ -17,7 +17,7 @@
 
 # %%
 from labkit import hardware
-from labkit.economics import capital, energy, grid, holding, published, run, strategies
+from labkit.economics import capital, energy, grid, holding, published, run, strategies, trends
 from labkit.economics import exercises as _exercises  # noqa: F401  (registers the 07.* exercises)
 from labkit.economics.measured import measure_gemm_bytes
 from labkit.economics.panel import EconomicsPanel
@@ -180,12 +180,17 @@ print(text_table(["strategy", "GPUs", "days", "rented $", "owned $", "kWh", "kg 
 for metric, who in best.items():
     print(f"lowest {metric}: {', '.join(who)}")
 print(f"cheapest to rent (within 0.5%): {', '.join(best['cloud_usd'])}")
+print(f"owned $: the purchase price of the GPUs, host DRAM and offload drives spread over {capital.LIFETIME_YEARS:g} "
+      f"years (straight-line, an assumption) plus electricity at ${runs['hbm'].usd_per_kwh:.2f} per kWh")
 EconomicsPanel.chart(runs, "ssd-offload", "Llama-2 7B, 20 bn tokens, H100 (predicted)")
 
 # %% [markdown]
 # Where the joules go, by part, for each strategy (IT energy, before PUE; predicted). The `hbm`
 # column is the matrix multiplies' operands, the saved activations and, all in HBM, the
 # optimizer step, at the catalogue's pJ/bit: a lower bound, as elementwise kernels are left out.
+# (In the table above, the *owned* column is far below the *rented* one because it counts only
+# what the run uses up of hardware bought once, as the line under the table says, not the hosts,
+# network, staff and margin an hourly price also pays for.)
 
 # %%
 parts = list(energy.PARTS)
@@ -194,6 +199,10 @@ print(text_table(["strategy", *parts], [[s, *(f"{100 * r.energy.parts_j[p] / r.e
 hbm_plan = runs["hbm"].plan
 print(f"HBM bytes per step, all in HBM: {hbm_plan.hbm_bytes / 1e12:,.1f} TB, of which the multiplies "
       f"{hbm_plan.gemm_bytes / 1e12:,.1f} TB over {hbm_plan.micro_batches:,.0f} micro-batches (predicted)")
+large_claims = trends.large_batch(runs)  # what the text below claims of the two tables above
+for claim, held in large_claims.items():
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(large_claims.values()), large_claims
 
 # %% [markdown]
 # With a large batch nothing waits for PCIe or NVMe, so every strategy uses the **same
@@ -214,6 +223,10 @@ for s, r in small.items():
     print(f"{s:13} {r.days:6.1f} days, ${r.cloud_usd:>9,.0f} rented, stall {r.plan.stall_s:.2f} s per step, "
           f"{r.ssd_life_used:.3f} SSD lifetimes used, {r.kg_co2:,.0f} kg CO2e")
 print(f"SSD offload over all in HBM: {small['ssd-offload'].time_s / small['hbm'].time_s:.2f}x the time")
+small_claims = trends.small_batch(small)  # what the text of sections 5 and 7 claims
+for claim, held in small_claims.items():
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(small_claims.values()), small_claims
 
 # %% [markdown]
 # Now the GPUs wait on the drives: the SSD run takes longer, costs more GPU-hours and more
@@ -232,6 +245,9 @@ rows = [[g, f"{grid.region(g).value:.0f}", f"{grid.carbon_kg(facility_j, grid.re
 print(text_table(["region", "gCO2/kWh", "kg CO2e for this run", "year"], rows))
 between = max(r.kg_co2 for r in runs.values()) / min(r.kg_co2 for r in runs.values())
 print(f"costliest over cheapest strategy in carbon, on one grid: {between:.3f}x")
+grid_claims = trends.grid_spread([grid.region(g).value for g in grid.names("region")], between)
+print(*(f"{claim}: {'yes' if held else 'NO'}" for claim, held in grid_claims.items()), sep="\n")
+assert all(grid_claims.values()), grid_claims
 
 # %% [markdown]
 # The storage strategy moves the carbon by the small ratio above; the grid moves it by the
@@ -273,6 +289,8 @@ for what, nbytes in (("3 checkpoints", checkpoints), ("data set", dataset)):
         rows.append([what, h.tier, f"{nbytes / 1e9:,.0f}", f"{h.usd:,.2f}",
                      "no figure" if h.kg_co2e is None else f"{h.kg_co2e:,.2f}"])
 print(text_table(["what", "tier", "GB", "USD for the run", "kg CO2e for the run"], rows))
+print(f"each tier's price and embodied carbon spread over {capital.LIFETIME_YEARS:g} years; the run lasts "
+      f"{run_s / 86400:.1f} days (predicted)")
 
 # %% [markdown]
 # ## 8 · Beside a published run: Llama 2's pretraining
@@ -301,6 +319,10 @@ meta_grid = published.load_runs()[0].implied_g_co2_per_kwh
 for b in published.beside(pue=1.0, g_co2_per_kwh=meta_grid):
     print(f"{b.paper.name} at PUE 1.0 and {meta_grid:.1f} gCO2e/kWh: {b.t_co2:.1f} t CO2e; factors "
           + ", ".join(f"{k} {v:.2f}x" for k, v in b.factors.items()))
+meta_claims = trends.published(published.beside(pue=1.0, g_co2_per_kwh=meta_grid), published.beside())
+for claim, held in meta_claims.items():  # what the text below claims of the factors
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(meta_claims.values()), meta_claims
 
 # %% [markdown]
 # Reading the factors: labkit's GPU-hours differ from Meta's by the ratio of the MFU Meta's

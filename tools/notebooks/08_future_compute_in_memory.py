@@ -13,7 +13,7 @@
 # the crossbar runs the trained tiny GPT's layers, and the rest is labkit's model (predicted).
 
 # %%
-from labkit.future import crossbar, crossbar_study, hierarchy, near_data, pim
+from labkit.future import crossbar, crossbar_study, hierarchy, near_data, pim, trends
 from labkit.future import exercises as _exercises  # noqa: F401  (registers the 08.* exercises)
 from labkit.predict.tables import text_table
 from labkit.rig.model import GPTConfig
@@ -41,7 +41,11 @@ print(f"{len(trace.ops)} ops, {len(trace.blocks)} blocks: {trace.bytes_of('weigh
 # next use from the first iteration: evicts the page used furthest in the future, Belady's
 # MIN, and prefetches ahead of use). HBM and DRAM are sized as shares of the working set
 # counted in whole 4 KiB pages, as the caches hold it (so a little above the bytes printed
-# above): HBM by the first column of the table below, DRAM at 30%. **Predict:** with HBM
+# above): HBM by the first column of the table below, DRAM at 30%. The weights start in place
+# (HBM first, then DRAM; the SSD keeps a copy of all of them) and each activation is created in
+# HBM, so a *miss* is a read served from below HBM: with the whole working set in HBM nothing
+# misses. In the second table (the trace-aware schedule at 50%) the SSD's capacity prints as
+# None: it backs everything, so it serves every read that reaches it. **Predict:** with HBM
 # holding half the working set, what share of LRU's stall time does the trace-aware schedule
 # remove, in per cent?
 
@@ -49,9 +53,9 @@ print(f"{len(trace.ops)} ops, {len(trace.blocks)} blocks: {trace.bytes_of('weigh
 predicted_stall_cut = None  # per cent
 
 # %%
-rows = []
+rows, replays = [], {}
 for fraction in (1.0, 0.8, 0.5, 0.3):
-    lru, aware = hierarchy.compare(trace, hierarchy.scaled(trace, fraction, 0.3))
+    lru, aware = replays[fraction] = hierarchy.compare(trace, hierarchy.scaled(trace, fraction, 0.3))
     rows.append([f"{fraction:.0%}", lru.misses, aware.misses, f"{1e6 * lru.stall_s:,.0f}",
                  f"{1e6 * aware.stall_s:,.0f}"])
     if fraction == 0.5:
@@ -76,6 +80,10 @@ lru_stall = parts["lru"].stall_s
 print(text_table(["policy", "misses", "stall, us", "stall removed"],
                  [[name, r.misses, f"{1e6 * r.stall_s:,.0f}", f"{100 * (1 - r.stall_s / lru_stall):.1f}%"]
                   for name, r in parts.items()]))
+trace_claims = trends.hierarchy(replays, parts)  # what the text around these tables claims
+for claim, held in trace_claims.items():
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(trace_claims.values()), trace_claims
 
 # %% [markdown]
 # Training's access pattern repeats every iteration (notebook 04), so the schedule can be
@@ -117,6 +125,10 @@ print(text_table(["path", "leg", "where", "bytes", "seconds", "joules"],
 print(f"near-data wins below {be / 1e9:.0f} GB/s of link bandwidth (computed at 1 bn parameters); for states "
       f"on an SSD whose engine only gets the drive's own bandwidth, below "
       f"{near_data.break_even_bandwidth('ssd') / 1e9:.1f} GB/s (predicted)")
+near_claims = trends.near_data(paths)  # what the text below claims of the table
+for claim, held in near_claims.items():
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(near_claims.values()), near_claims
 
 # %% [markdown]
 # The step is memory-bound: it touches 28 bytes per parameter for a dozen FLOPs. Doing it
@@ -165,6 +177,12 @@ plots.line({"mean gap": [p.mean for p in noise.points], "smallest gap": [p.sprea
            "read noise (fraction of the largest conductance)", "analog loss - digital loss",
            "Analog crossbar: loss gap against read noise, 4 seeds (simulated)", x=[p.setting for p in noise.points])
 
+# %%
+crossbar_claims = trends.crossbar(adc, noise)  # the ADC table above, and what the text below claims of this one
+for claim, held in crossbar_claims.items():
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(crossbar_claims.values()), crossbar_claims
+
 # %% [markdown]
 # At small noise the seeds' gaps spread as widely as their mean: one seed alone could show the
 # noisy crossbar almost matching the digital model, which is chance, not a result. The spread
@@ -203,6 +221,10 @@ for base in ("sram", "dram"):
 for v in pim.model_views():
     print(f"{v.system:8} reported {v.reported_x:g}x ({v.metric}); model {v.modelled_x:,.1f}x "
           f"(model / reported {v.modelled_x / v.reported_x:.2f}): {v.detail}")
+energy_claims = trends.energy(e, {v.system: v.modelled_x / v.reported_x for v in pim.model_views()})
+for claim, held in energy_claims.items():  # what the text of sections 4 and 5 claims
+    print(f"{claim}: {'yes' if held else 'NO'}")
+assert all(energy_claims.values()), energy_claims
 
 # %% [markdown]
 # The roofline says why PIM helps memory-bound kernels: it multiplies the bandwidth the
