@@ -67,6 +67,13 @@ def test_activations_within_the_stated_share(fsdp32):
     assert p < m < 1.15 * p
 
 
+def test_fsdp2_fp32_activations_are_measure_full_s_count(fsdp32):
+    """Beside ``labkit measure --full``'s transformers-exact count: the same bytes but the batch's int64 ids, which
+    FSDPMemTracker files as inputs (8 B a token), and the 12 B of scalars the count keeps beside them."""
+    m, p = fsdp32.categories["activations, transformers' count (measure --full's)"]
+    assert p - m == 8 * SEQ + 12
+
+
 def test_fsdp2_bf16_mixed_keeps_fp32_shards_and_the_same_states():
     r = _run("fsdp", "bf16-mixed")
     c = r.categories

@@ -24,8 +24,17 @@ peak. What it does not model is printed as measured and unpredicted: FSDP2's gat
 parameters of the layer being computed, the root's, which FSDP2 does not reshard after forward, the all-gather
 and reduce-scatter buffers, the unsharded gradients), and cuBLAS's workspaces, which a CPU run cannot hold.
 
-What the fake group cannot trace in torch 2.13 on the CPU is refused in one line (``UNTRACED``): pipeline
-parallelism and context parallelism were not wired here; see the module's report in the issue for why.
+What torch 2.13's fake group cannot trace on the CPU is refused in one line (``UNTRACED``):
+
+* ``pp``: ``torch.distributed.pipelining`` learns its backward shapes from the next stage
+  (``PipelineStage._backward_metadata_inference`` -> ``_recv_meta``, stage.py lines 2037 and 1723:
+  ``dist.recv_object_list``). A fake group receives no object: on real tensors the size it reads is garbage
+  (it asked to allocate 139,927,568,194,912 bytes here), under fake tensors reading it is data-dependent
+  (``aten._local_scalar_dense``: ``DataDependentOutputException``). Tried with ``Schedule1F1B`` on 4 fake ranks.
+* ``cp``: torch's context parallelism swaps the SDPA ops for ring attention through a table
+  (``tensor/experimental/_context_parallel/_attention.py`` lines 918-945) that names only the flash, efficient
+  and cuDNN kernels, all CUDA's; the CPU's ``aten._scaled_dot_product_flash_attention_for_cpu`` is not in it.
+  Read from the source, not run.
 """
 
 from __future__ import annotations
@@ -42,12 +51,13 @@ LAYOUTS = ("fsdp", "tp")
 PRECISIONS = {"fsdp": ("fp32", "bf16-mixed"), "tp": ("fp32",)}
 MAX_WORLD = 1024
 UNTRACED = {
-    "pp": "pipeline parallelism is not measured here: torch.distributed.pipelining's stages exchange activations "
-          "by send/recv between ranks, and one fake rank has no peer to run the other stages",
-    "cp": "context parallelism is not measured here: torch's context_parallel runs ring attention on CUDA's "
-          "flash/efficient SDPA kernels, which a CPU build does not have",
+    "pp": "torch.distributed.pipelining receives its backward shapes from the next stage (recv_object_list), "
+          "which a fake group never sends (a data-dependent read under fake tensors)",
+    "cp": "torch's context parallelism replaces only CUDA's flash, efficient and cuDNN attention kernels with "
+          "ring attention, not the CPU's",
 }
 CUBLAS = "cuBLAS workspaces (CUDA only, in the prediction)"
+HF_ACTS = "activations, transformers' count (measure --full's)"
 GATHERED = ("Unsharded Param", "All Gather", "Reduce Scatter", "Unsharded Grad")
 
 
@@ -91,6 +101,16 @@ def predict_layout(spec: HFModel, layout: str, world: int, batch: int, seq: int,
     return mem
 
 
+def _hf_activations(spec: HFModel, batch: int, seq: int, precision: str) -> float:
+    """What ``labkit measure --full`` predicts transformers' layers keep (``activation_options``), unsharded."""
+    from labkit.predict.activation_options import ActivationOptions, activation_bytes_hf
+
+    e = 4 if precision == "fp32" else 2
+    opt = ActivationOptions.for_model(spec, "sdpa", cache=False, act_bytes=e, dropout=0.0, seq=seq)
+    per_layer, outside = activation_bytes_hf(spec.shape, seq, batch, opt, e)
+    return per_layer * spec.shape.layers + outside
+
+
 @dataclass
 class ShardedReport:
     """One rank's bytes by category, measured beside ``labkit advise``'s (None: not in the prediction)."""
@@ -111,9 +131,9 @@ class ShardedReport:
         s = self.setup
         lines = [f"{self.model}: rank 0 of {self.world} ({self.layout}), batch {s['batch']}, seq {s['seq']}, "
                  f"{s['precision']}, fake process group and fake tensors ({s['seconds']:.1f} s)",
-                 f"{'per rank':<44}{'measured B':>18}{'predicted B':>18}"]
+                 f"{'per rank':<52}{'measured B':>18}{'predicted B':>18}"]
         for name, (m, p) in [*self.categories.items(), ("peak", (self.peak["measured"], self.peak["predicted"]))]:
-            lines.append(f"{name:<44}{m:>18,}{'-' if p is None else f'{p:,.0f}':>18}")
+            lines.append(f"{name:<52}{m:>18,}{'-' if p is None else f'{p:,.0f}':>18}")
         lines.append(f"peak phase: {self.peak['phase']}; tracker's categories at the peak: "
                      + ", ".join(f"{k} {v:,}" for k, v in self.tracker_at_peak.items()))
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
@@ -169,6 +189,9 @@ def _report(spec, layout, world, batch, seq, precision, rec, norm_bytes) -> Shar
              "activations: what forward left alive (torch's tracker) beside Korthikanti et al.'s fused-attention "
              "count; transformers' eager layers keep more than a fused kernel, so this row is not exact"]
     if layout == "fsdp":
+        cats[HF_ACTS] = (cats["activations (alive after forward)"][0], _hf_activations(spec, batch, seq, precision))
+        notes.append(f"{HF_ACTS}: FSDP keeps every activation of the unsharded step; the tracker counts the batch's "
+                     "ids as inputs, not activations, and the loss is computed after the root's forward")
         cats["FSDP2 gathered working set at the peak"] = (sum(rec.at_peak.get(k, 0) for k in GATHERED), None)
         notes.append("the gathered working set (unsharded parameters and gradients, all-gather and reduce-scatter "
                      "buffers) is not in labkit advise's ZeRO-3 prediction")
@@ -179,7 +202,8 @@ def _report(spec, layout, world, batch, seq, precision, rec, norm_bytes) -> Shar
         notes.append(f"the norms ({norm_bytes:,} B) stay replicated on every rank; the prediction divides them by "
                      f"tp, so parameters and gradients are {norm_bytes - norm_bytes // world:,} B above it and "
                      "optimizer states twice that")
-    peak = {"measured": rec.peak, "phase": max(rec.by_phase, key=rec.by_phase.get), "by_phase": rec.by_phase,
+    phase = next(ph for ph, b in rec.running_peak.items() if b == rec.peak)
+    peak = {"measured": rec.peak, "phase": phase, "running_peak": rec.running_peak,
             "predicted": pred["total"], "cuda_only": {CUBLAS: pred["cublas"]},
             "measured_plus_cuda_only": rec.peak + pred["cublas"]}
     setup = {"batch": batch, "seq": seq, "precision": precision, "layers": spec.shape.layers,

@@ -98,17 +98,18 @@ def shard_tp(model: torch.nn.Module, mesh) -> None:
                                      "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)})
 
 
-def _loss(logits: torch.Tensor, ids: torch.Tensor, layout: str) -> torch.Tensor:
-    """Next-token cross-entropy over fp32 logits (transformers' ``ForCausalLMLoss``), vocab-parallel under tp."""
+def _vocab_parallel(layout: str):
     from contextlib import nullcontext
 
     from torch.distributed.tensor.parallel import loss_parallel
 
-    ctx = loss_parallel() if layout == "tp" else nullcontext()
-    with ctx:
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
-        loss.backward()
-    return loss
+    return loss_parallel() if layout == "tp" else nullcontext()
+
+
+def _loss(logits: torch.Tensor, ids: torch.Tensor, layout: str) -> torch.Tensor:
+    """Next-token cross-entropy over fp32 logits (transformers' ``ForCausalLMLoss``), vocab-parallel under tp."""
+    with _vocab_parallel(layout):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
 
 
 @dataclass
@@ -122,7 +123,7 @@ class TrackedStep:
     after_forward: dict[str, int]  # the tracker's categories after the root module's forward
     at_peak: dict[str, int]  # the tracker's categories at the step's peak
     peak: int
-    by_phase: dict[str, int]
+    running_peak: dict[str, int]  # the step's peak so far, read after forward (with the loss), backward, optimizer
     seconds: float
     extra: dict = field(default_factory=dict)
 
@@ -139,34 +140,37 @@ def tracked_step(model: torch.nn.Module, ids: torch.Tensor, layout: str) -> Trac
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
 
-    def step() -> None:
-        _loss(model(input_ids=ids, use_cache=False).logits, ids, layout)
-        opt.step()
+    peaks: dict[str, int] = {}
+
+    def step(tracker=None) -> None:
+        """The step in its three phases, reading the tracker's running peak after each."""
+        loss = _loss(model(input_ids=ids, use_cache=False).logits, ids, layout)
+        for phase, run in (("forward", lambda: None), ("backward", loss.backward), ("optimizer", opt.step)):
+            with _vocab_parallel(layout):
+                run()
+            if tracker is not None:
+                (snap,) = tracker.get_tracker_snapshot("peak").values()
+                peaks[phase] = int(snap["Total"])
 
     step()
     opt.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
     if layout == "fsdp":
-        tracker, states = FSDPMemTracker(model, opt), (_FSDPModState.AFT_POST_FW, _FSDPModState.PEAK_FW,
-                                                       _FSDPModState.PEAK_BW)
+        tracker, state = FSDPMemTracker(model, opt), _FSDPModState.AFT_POST_FW
         tracker.track_inputs((ids,))
     else:
-        tracker, states = MemTracker(), (_ModState.POST_FW, _ModState.PEAK_FW, _ModState.PEAK_BW)
+        tracker, state = MemTracker(), _ModState.POST_FW
         tracker.track_external(model, opt)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ModTracker's "module hierarchy ... messed up" on the loss outside modules
         with tracker:
-            step()
+            step(tracker)
     seconds = time.perf_counter() - t0
-    snaps = tracker.memory_tracking[model].snapshots
-    after, fw, bw = (_snap(snaps[s][-1]) for s in states)
+    after = _snap(tracker.memory_tracking[model].snapshots[state][-1])
     at_peak = _snap(tracker.get_tracker_snapshot("peak"))
     peak = at_peak.pop("Total")
-    by_phase = {"forward": fw.pop("Total"), "backward": bw.pop("Total")}
-    if peak > max(by_phase.values()):
-        by_phase["optimizer"] = peak
     params = list(model.parameters())
     moments = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
     return TrackedStep(local_bytes(params), local_bytes(p.grad for p in params),
                        local_bytes(t for t in moments if t.dim()), local_bytes(t for t in moments if not t.dim()),
-                       after, at_peak, peak, by_phase, seconds)
+                       after, at_peak, peak, peaks, seconds)
