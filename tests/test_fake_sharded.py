@@ -125,3 +125,16 @@ def test_cli_bad_input_is_one_line(capsys, argv, says):
     assert main(["measure", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "\n" not in err
+
+
+def test_refuses_a_process_group_already_there():
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with pytest.raises(LabkitError, match="already initialized"):
+            measure_sharded("llama-2-70b", "fsdp", 8, layers=1, progress=lambda s: None)
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
