@@ -9,6 +9,7 @@ import sys
 from labkit.cli.calibrate import load_calibration
 from labkit.cli.common import parse_int
 from labkit.cli.finetune_args import add_finetune_flags, measure_finetune
+from labkit.cli.measure_full import add_full_flags, refuse_without_full
 from labkit.cli.measure_sharded import add_sharded_flags, run_sharded, wants_sharded
 from labkit.errors import LabkitError
 from labkit.predict.attention import torch_name
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--snapshot", help="with --full: write the step as a memory_viz snapshot (a pickle of plain "
                    "dicts: python -m torch.cuda._memory_viz trace FILE, or pytorch.org/memory_viz)")
     add_finetune_flags(p, measuring=True)
+    add_full_flags(p)
     add_sharded_flags(p)
     p.set_defaults(run=run)
 
@@ -53,8 +55,7 @@ def run(a: argparse.Namespace) -> int:
         from labkit.cli.measure_full import parse_dropout, run_full
 
         return run_full(a, batch, seq, layers, parse_dropout(a.dropout))
-    if a.snapshot:
-        raise LabkitError("snapshot needs --full: the snapshot is of the fake step's recorded storages")
+    refuse_without_full(a)
     if a.finetune is not None:
         report = measure_finetune(a, batch, seq, layers)
         print(json.dumps(report.to_json(), indent=2) if a.json else str(report))

@@ -9,8 +9,33 @@ import json
 from labkit.cli.common import parse_int
 from labkit.errors import LabkitError
 
+FULL_ONLY = {"snapshot": "the snapshot is of the fake step's recorded storages",
+             "recompute": "the real-step path measures no recompute; labkit estimate --recompute predicts it"}
 NOT_WITH_FULL = {"device": "a fake step runs on the CPU's kernels (its CUDA-only terms are added analytically)",
                  "calibration": "a fake step takes no time to compare"}
+
+
+def add_full_flags(p: argparse.ArgumentParser) -> None:
+    """The flags only ``--full`` reads (each refused without it by ``refuse_without_full``)."""
+    p.add_argument("--recompute", help="with --full: none (default) or full: transformers' gradient checkpointing "
+                   "of every layer (with --finetune, the same as --gradient-checkpointing)")
+
+
+def refuse_without_full(a: argparse.Namespace) -> None:
+    """A ``--full`` flag given without ``--full``: one line naming the flag and what it needs."""
+    for flag, why in FULL_ONLY.items():
+        if getattr(a, flag, None) is not None:
+            raise LabkitError(f"{flag} needs --full: {why}")
+
+
+def _recompute(a: argparse.Namespace) -> str:
+    from labkit.errors import require_choice
+    from labkit.measure.fake_full import RECOMPUTE
+
+    if a.recompute == "selective":
+        raise LabkitError("recompute must be none or full with --full (got 'selective': a transformers model's sdpa "
+                          "keeps no s^2 tensor for it to drop; labkit.predict.recompute_peak says more)")
+    return require_choice("recompute", "none" if a.recompute is None else a.recompute, RECOMPUTE)
 
 
 def run_full(a: argparse.Namespace, batch: int, seq: int, layers: int | None, dropout: float | None) -> int:
@@ -23,16 +48,17 @@ def run_full(a: argparse.Namespace, batch: int, seq: int, layers: int | None, dr
     for flag, why in NOT_WITH_FULL.items():
         if getattr(a, flag) is not None:
             raise LabkitError(f"{flag} does not apply with --full: {why}")
+    recompute = _recompute(a)
     if a.gradient_checkpointing and a.finetune is None:
-        raise LabkitError("gradient_checkpointing applies with --finetune (full training's recompute is not in the "
-                          "predicted peak)")
+        raise LabkitError("gradient_checkpointing applies with --finetune; full training takes --recompute full")
     ft = None
     if a.finetune is not None:
         from labkit.cli.finetune_args import finetune_from_args
         from labkit.measure.fake_build import load
 
         ft = finetune_from_args(a, load(a.hf_config, layers).shape, a.precision)
-    report = measure_full(a.hf_config, batch, seq, a.precision, torch_name(a.attention), a.cache, dropout, layers, ft)
+    report = measure_full(a.hf_config, batch, seq, a.precision, torch_name(a.attention), a.cache, dropout, layers, ft,
+                          recompute="none" if ft is not None else recompute)
     if a.snapshot:
         from labkit.measure.snapshot import write_snapshot
 
@@ -54,4 +80,4 @@ def parse_dropout(text: str | None) -> float | None:
     return value
 
 
-__all__ = ["parse_dropout", "parse_int", "run_full"]
+__all__ = ["add_full_flags", "parse_dropout", "parse_int", "refuse_without_full", "run_full"]

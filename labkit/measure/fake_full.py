@@ -28,27 +28,32 @@ from labkit.measure.fake_report import FullReport, _report
 from labkit.measure.fake_step import RecordedStep, fake_keys, fake_mode, record_step
 
 PRECISIONS = ("fp32", "bf16-autocast", "bf16-mixed")
+RECOMPUTE = ("none", "full")  # labkit.predict.recompute_peak says why not selective
 STAGES = ("building the model under fake tensors", "warm-up step (creates the optimizer states)",
           "measuring one step")
 
 
-def _full_predictions(spec, batch: int, seq: int, precision: str, attention: str, cache: bool, dropout):
-    from labkit.predict.activation_options import ActivationOptions, activation_bytes_hf
+def _full_predictions(spec, batch: int, seq: int, precision: str, attention: str, cache: bool, dropout,
+                      recompute: str = "none"):
+    from labkit.predict.activation_options import ActivationOptions
     from labkit.predict.estimate import model_state_bytes
-    from labkit.predict.step_inputs import hf_step_shape
-    from labkit.predict.step_peak import step_peak
+    from labkit.predict.recompute_peak import hf_recompute_peak
 
     states = model_state_bytes(spec.shape.params, "bf16-mixed" if precision == "bf16-mixed" else "fp32")
     if precision == "bf16-autocast":  # as in labkit.measure.own_model: autocast's copies are not modelled
         return states, None, None, None, None, "no activation prediction in bf16-autocast"
     e = 4 if precision == "fp32" else 2
     opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, dropout=dropout, seq=seq)
-    per_layer, outside = activation_bytes_hf(spec.shape, seq, batch, opt, e)
-    cpu = step_peak(hf_step_shape(spec, batch, seq, precision, attention, cache, dropout, "cpu", "lab", 0))
-    on_cuda = hf_step_shape(spec, batch, seq, precision, attention, cache, dropout, "cuda", "lab", 9)
+    cpu, per_layer, outside = hf_recompute_peak(spec, batch, seq, precision, attention, cache, dropout, "cpu",
+                                                recompute=recompute)
+    on_cuda, cuda_layer, cuda_outside = hf_recompute_peak(spec, batch, seq, precision, attention, cache, dropout,
+                                                          "cuda", 9, recompute)
     assumes = (f"{opt.attention} attention, {opt.activation}, {opt.norm}, cache {'on' if opt.cache else 'off'}, "
-               + (f"{opt.mask_bytes}-byte dropout masks" if opt.mask_bytes else "no dropout"))
-    return states, (per_layer, outside), cpu, (on_cuda, step_peak(on_cuda)), opt, assumes
+               + (f"{opt.mask_bytes}-byte dropout masks" if opt.mask_bytes else "no dropout")
+               + (", full recompute: each layer's input (labkit.predict.recompute_peak)" if recompute == "full"
+                  else ""))
+    cuda_acts = cuda_layer * spec.shape.layers + cuda_outside
+    return states, (per_layer, outside), cpu, (cuda_acts, on_cuda), opt, assumes
 
 
 def warm_up(trainer) -> None:
@@ -90,12 +95,16 @@ def _bar(progress):
 
 def measure_full(config, batch: int = 1, seq: int = 2048, precision: str = "bf16-mixed", attention: str = "sdpa",
                  cache: bool = False, dropout: float | None = None, layers: int | None = None,
-                 finetune=None, progress: Callable[[str], None] | None = None) -> FullReport:
-    """The full-size model's step under fake tensors beside its prediction (``finetune``: a ``Finetune``)."""
+                 finetune=None, progress: Callable[[str], None] | None = None, recompute: str = "none") -> FullReport:
+    """The full-size model's step under fake tensors beside its prediction (``finetune``: a ``Finetune``;
+    ``recompute``: none or full, transformers' gradient checkpointing of every layer, for full training)."""
     require_positive("batch", batch)
     require_positive("seq", seq)
     require_choice("precision", precision, PRECISIONS)
     require_choice("attention", attention, ("eager", "sdpa"))
+    require_choice("recompute", recompute, RECOMPUTE)
+    if finetune is not None and recompute != "none":
+        raise LabkitError("recompute applies to full training; with finetune, use Finetune(checkpointing=True)")
     spec = load(config, layers)
     check_limits(spec, batch, seq)
     say, close = _bar(progress)
@@ -110,25 +119,28 @@ def measure_full(config, batch: int = 1, seq: int = 2048, precision: str = "bf16
                 trainer = finetune_trainer(spec, finetune, batch, seq, precision, mode)
             else:
                 with mode:
-                    trainer = full_trainer(spec, batch, seq, precision, attention, cache, dropout)
+                    trainer = full_trainer(spec, batch, seq, precision, attention, cache, dropout,
+                                           checkpointing=recompute == "full")
             with mode:
                 rec = _steps(trainer, say)
             if finetune is not None:
                 from labkit.measure.fake_full_ft import finetune_report
 
                 return finetune_report(spec, finetune, batch, seq, precision, trainer, rec)
-            return _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec)
+            return _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec, recompute)
     finally:
         close()
 
 
-def _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec: RecordedStep) -> FullReport:
-    states, acts, cpu, cuda, _opt, assumes = _full_predictions(spec, batch, seq, precision, attention, cache, dropout)
+def _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec: RecordedStep,
+                 recompute: str = "none") -> FullReport:
+    states, acts, cpu, cuda, _opt, assumes = _full_predictions(spec, batch, seq, precision, attention, cache, dropout,
+                                                               recompute)
     m = rec.memory
     per_layer, outside = acts if acts else (None, None)
     total = None if acts is None else per_layer * spec.shape.layers + outside
     categories = {"parameters": (m.parameters, states["parameters"]), "gradients": (m.gradients, states["gradients"]),
                   "optimizer states": (m.optimizer, states["optimizer"]), "activations": (m.activations, total)}
-    on_cuda = None if cuda is None else (cuda[0].activations, total, cuda[1].peak)
+    on_cuda = None if cuda is None else (cuda[0], total, cuda[1].peak)
     return _report(spec.shape.name, spec.shape.params, batch, seq, precision, attention, cache, trainer, rec,
-                   categories, per_layer, outside, cpu, on_cuda, assumes)
+                   categories, per_layer, outside, cpu, on_cuda, assumes, {"recompute": recompute})
