@@ -13,8 +13,10 @@ Layouts:
   optimizer states all divided by N). bf16-mixed is FSDP2's ``MixedPrecisionPolicy``, which keeps fp32 sharded
   parameters and reduces gradients in fp32: the same 16 bytes a parameter as ZeRO's 2 + 2 + 12, split 4 + 4 + 8.
 * ``tp``: Megatron's 1-D tensor parallelism (Shoeybi et al. 2019) with DTensor over tp = N, without sequence
-  parallelism: q, k, v, gate, up by columns, o, down by rows, the embedding by vocabulary and the output layer
-  by columns with a vocab-parallel loss. The norms stay replicated, which the prediction (everything / tp) omits.
+  parallelism: q, k, v, gate, up by columns, o, down by rows, the embedding by its hidden columns (torch 2.13's
+  DTensor gives a vocabulary-split embedding a full-size gradient: ``fake_sharded_step.shard_tp``) and the
+  output layer by columns with a vocab-parallel loss. The norms stay replicated, which the prediction
+  (everything / tp) omits.
   fp32 only: the lab's bf16-mixed keeps fp32 master weights in its own optimizer, not wired to DTensor here.
 
 The prediction is ``labkit advise``'s for the same layout (``labkit.advisor.footprint.memory``, rebuilt here from
@@ -29,8 +31,11 @@ What torch 2.13's fake group cannot trace on the CPU is refused in one line (``U
 * ``pp``: ``torch.distributed.pipelining`` learns its backward shapes from the next stage
   (``PipelineStage._backward_metadata_inference`` -> ``_recv_meta``, stage.py lines 2037 and 1723:
   ``dist.recv_object_list``). A fake group receives no object: on real tensors the size it reads is garbage
-  (it asked to allocate 139,927,568,194,912 bytes here), under fake tensors reading it is data-dependent
-  (``aten._local_scalar_dense``: ``DataDependentOutputException``). Tried with ``Schedule1F1B`` on 4 fake ranks.
+  (it asked to allocate 139,927,568,194,912 bytes here, or failed to unpickle), under fake tensors reading it is
+  data-dependent (``aten._local_scalar_dense``: ``DataDependentOutputException``). Static shapes do not avoid it:
+  with ``input_args`` and ``output_args`` given, whether the pipeline runs static is itself a vote the stages
+  pass along the group (``_warmup_forward_vote``, ``_warmup_backward_result``), and a fake group does not carry
+  it back. Tried with ``Schedule1F1B`` on 4 fake ranks, real and fake tensors.
 * ``cp``: torch's context parallelism swaps the SDPA ops for ring attention through a table
   (``tensor/experimental/_context_parallel/_attention.py`` lines 918-945) that names only the flash, efficient
   and cuDNN kernels, all CUDA's; the CPU's ``aten._scaled_dot_product_flash_attention_for_cpu`` is not in it.
