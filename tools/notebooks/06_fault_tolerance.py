@@ -142,7 +142,7 @@ for case in corrupt.corruption_report(work / "corrupt", micro_config()):
 # clone; the median of three rounds each). States from about 0.1 to 100 MB, the median of
 # three saves each (wall clock, not checked digit by digit; the claims below are asserted
 # under the table, and hold with other processes competing for the cores, where every
-# figure can read two to five times its quiet value):
+# figure can read up to several times its quiet value):
 
 # %% tags=["nbval-ignore-output"]
 bandwidths, costs = save_cost.save_costs(work / "cost")

@@ -151,7 +151,10 @@ print(f"ssd-offload  per parameter per step: NVMe read {ssd.nvme_read:.2f} B, NV
 # %% [markdown]
 # The lab's streamed run writes fewer bytes than the paper counts because its optimizer step
 # runs as each layer's gradients arrive, so gradients never reach the disk (notebook 04 lists
-# the terms). The runs below use the measured bytes.
+# the terms). It reads 14 bytes per parameter plus 2 more for the share of the parameters in
+# transformer blocks, whose 16-bit weights are fetched a second time for recompute and backward
+# (the outer layers, outside the blocks, stay for the whole step): hence a read just under 16. The runs below use the
+# measured bytes.
 #
 # ## 4 · One model, three ways
 #
