@@ -192,7 +192,8 @@ def _report(spec, layout, world, batch, seq, precision, rec, norm_bytes) -> Shar
     notes = [f"one rank stands for all {world}: a fake group computes no data and every rank's shards are the same "
              "size", f"AdamW's step counters ({rec.bookkeeping:,} B) are bookkeeping, left out of optimizer states",
              "activations: what forward left alive (torch's tracker) beside Korthikanti et al.'s fused-attention "
-             "count; transformers' eager layers keep more than a fused kernel, so this row is not exact"]
+             "count, which leaves out what transformers' RMSNorm keeps beside its input (its normalized hidden and "
+             "fp32 rsqrt, 2 x (e*s*b*h + 4*s*b) a layer, on every rank under tp) and the fp32 copies outside"]
     if layout == "fsdp":
         cats[HF_ACTS] = (cats["activations (alive after forward)"][0], _hf_activations(spec, batch, seq, precision))
         notes.append(f"{HF_ACTS}: FSDP keeps every activation of the unsharded step; the tracker counts the batch's "
