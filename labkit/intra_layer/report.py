@@ -6,6 +6,8 @@ Formatting only: the measurements come from ``megatron`` and ``multidim``, the p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from labkit.hardware import Device, Link
 from labkit.intra_layer import costs, megatron, multidim, placement
 from labkit.predict.tables import text_table
@@ -46,26 +48,63 @@ def worst_multidim_error(runs: list[list[dict]]) -> int:
     return max(abs(row.measured - row.predicted) for ranks in runs for row in multidim.compare(ranks))
 
 
+@dataclass(frozen=True)
+class Winner:
+    """One cell of :func:`winners`: the fastest mode for ``devices`` on ``link`` (the one asked for)."""
+
+    devices: int
+    link: str
+    mode: str  # costs.grid(...).mode of the fastest mode ("1d", "2d", "2.5d", "3d"); "" where none runs
+    label: str
+    via: str  # the link the group really crosses
+    spills: bool  # the group is larger than the NVLink domain, so it crosses ``via`` instead of ``link``
+    comm_s: float
+    compute_s: float
+
+    @property
+    def share(self) -> float:
+        """Communication over compute (1.0: the GPUs wait as long as they compute)."""
+        return self.comm_s / self.compute_s
+
+
+def winner_cells(device_counts: list[int], links: list[Link], batch: int, hidden: int, ffn: int, gpu: Device,
+                 inter: Link | None = None, efficiency: float = 0.5) -> list[Winner]:
+    """The cells of :func:`winners`, as data (predicted): one per device count and link."""
+    cells = []
+    for p in device_counts:
+        flops = 3 * 2 * 2 * batch * hidden * ffn / p  # two matrix multiplies, forward + backward (2x)
+        compute = flops / (gpu.peak_flops["bf16"] * efficiency)
+        for link in links:
+            where = placement.place(p, link, gpu, inter or link)
+            best = costs.rank_modes(p, where.used, batch, hidden, ffn)[0]
+            mode = "" if best.error else best.label.split(" ")[0]
+            cells.append(Winner(p, link.name, mode, best.label, where.used.name, where.spills, best.seconds, compute))
+    return cells
+
+
 def winners(device_counts: list[int], links: list[Link], batch: int, hidden: int, ffn: int, gpu: Device,
             inter: Link | None = None, efficiency: float = 0.5) -> str:
     """For each device count: compute time of one MLP block per device, and per link the fastest mode's
     communication time and its share of compute (predicted). Communication that exceeds compute cannot be
     hidden behind it. A group larger than ``gpu``'s NVLink domain is costed on ``inter`` (``placement``):
     the cell names the link it really crosses."""
+    cells = winner_cells(device_counts, links, batch, hidden, ffn, gpu, inter, efficiency)
     rows = []
-    for p in device_counts:
-        flops = 3 * 2 * 2 * batch * hidden * ffn / p  # two matrix multiplies, forward + backward (2x)
-        compute = flops / (gpu.peak_flops["bf16"] * efficiency)
-        row: list[object] = [p, f"{1e3 * compute:.2f} ms"]
-        for link in links:
-            where = placement.place(p, link, gpu, inter or link)
-            best = costs.rank_modes(p, where.used, batch, hidden, ffn)[0]
-            via = f" on {where.used.name}" if where.spills else ""
-            row.append(f"{best.label}{via}: {1e3 * best.seconds:.2f} ms ({100 * best.seconds / compute:.0f}%)"
-                       if not best.error else "-")
+    for k, p in enumerate(device_counts):
+        mine = cells[k * len(links):(k + 1) * len(links)]
+        row: list[object] = [p, f"{1e3 * mine[0].compute_s:.2f} ms"]
+        for c in mine:
+            via = f" on {c.via}" if c.spills else ""
+            row.append(f"{c.label}{via}: {1e3 * c.comm_s:.2f} ms ({100 * c.share:.0f}%)" if c.mode else "-")
         rows.append(row)
     return text_table(["devices", f"compute on {gpu.name}", *(f"comm. over {li.name} (% of compute)" for li in links)],
                       rows)
+
+
+def multidim_calls(runs: list[list[dict]], rank: int = 0) -> dict[str, int]:
+    """Collective calls of one rank's forward and backward, by mode label (the ``calls`` column)."""
+    return {costs.grid(r["mode"], r["world_size"], r["depth"]).label: len(r["forward"]) + len(r["backward"])
+            for r in (ranks[rank] for ranks in runs)}
 
 
 def megatron_max_error(results: dict[str, list[megatron.RankResult]], reference: dict) -> float:

@@ -46,7 +46,7 @@
 # | $N_d$ | data-parallel degree (ZeRO's notation; $d$ elsewhere) | 01, 02 |
 # | $t$ | tensor-parallel degree | 03 |
 # | $p$ | pipeline stages | 02 |
-# | $d$ | data-parallel degree | 02 |
+# | $d$ | data-parallel degree (in 03, the depth of 2.5D's grid, which 03 defines) | 02 |
 # | $m$ | micro-batches per step (per pipeline) | 02 |
 # | $v$ | model chunks per pipeline stage (interleaved schedule) | 02 |
 #
@@ -70,10 +70,12 @@
 # * A **coding exercise** (`practice.check_code("08.code.evict", evict)`) runs real tests on your
 #   function. A failure names the test that failed and shows one hint step for that test per failed try
 #   (a question, then a direction); the worked answer, in words, comes only on the third.
-# * A **build-it exercise** (02, 03, 04, 06: `build.open_stub(key)`, then `build.check_build(key, path)`)
-#   has you write a real component (ZeRO stage 1, a 1F1B executor, tensor-parallel layers, activation
-#   offload, a sharded checkpoint) in a module beside the notebook; it runs on real local process groups
-#   beside torch's own engine, names the typical bug when a test fails, and hints the same way.
+# * A **build-it exercise** (02 to 06: `build.open_stub(key)`, then `build.check_build(key, path)`)
+#   has you write a real component (ZeRO stages 1 and 2, a 1F1B executor, tensor-parallel layers, a
+#   sequence-parallel block, activation offload, selective recompute, a sharded checkpoint) in a module
+#   beside the notebook; it runs in real processes (local process groups where the component is
+#   distributed) beside torch's own engine or the plain computation, names the typical bug when a test
+#   fails, and hints the same way.
 # * **Collecting answers.** Every check and reveal is appended as it happens to `labkit-journal.jsonl`
 #   beside the notebook (a kernel restart loses nothing). Each line carries a digest of the line before
 #   it, so a line deleted, moved or edited before export shows in the hand-in and in `collect`. At the

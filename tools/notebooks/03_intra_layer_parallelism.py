@@ -21,7 +21,7 @@
 
 # %%
 from labkit import hardware
-from labkit.intra_layer import costs, megatron, multidim, report
+from labkit.intra_layer import costs, megatron, multidim, report, trends
 from labkit.intra_layer import exercises as _exercises  # noqa: F401  (registers the 03.* exercises)
 from labkit.intra_layer.panel import TensorParallelPanel
 from labkit.predict.estimate import activation_bytes_per_layer
@@ -57,13 +57,17 @@ predicted_act_share_tp4 = None  # a fraction, e.g. 0.25
 jobs = [{"sp": False}, {"sp": True}]
 tp2, tp4 = megatron.run_jobs(jobs, 2), megatron.run_jobs(jobs, 4)
 results = {"t=2": tp2[0], "t=2 +sp": tp2[1], "t=4": tp4[0], "t=4 +sp": tp4[1]}
+tiny = results["t=2"][0]
+print(f"tiny GPT: {tiny.model['n_layer']} layers, h = {tiny.model['d_model']}, a = {tiny.model['n_head']}, "
+      f"s = {tiny.model['seq_len']}, b = {tiny.batch_size}, dropout {tiny.model['dropout']}")
 print("measured: t=2 and t=4, each with and without sequence parallelism (the t=4 table follows the reveal)")
 
 # %% [markdown]
 # ## 3 · Explain
 #
 # `predicted` is labkit's count of what torch runs; `paper` is Korthikanti et al.'s
-# per-layer formula and Megatron's 4 all-reduces of b·s·h per layer. Korthikanti's
+# per-layer formula and Megatron's 4 all-reduces of b·s·h per layer (the collective rows count
+# the whole model, both of its layers: twice that). Korthikanti's
 # s·b·h·(10 + 24/t + 5as/(ht)) bytes is for 16-bit values with 1-byte dropout masks.
 # This run is fp32 (e = 4 bytes per value) with dropout 0, so torch keeps no masks, and
 # the same count reads 4e·sbh (the two LayerNorm inputs and the inputs of the two
@@ -79,6 +83,10 @@ share = results["t=4"][0].activation_bytes[0] / megatron.activation_bytes(1)["ex
 print(checks.reveal_number(predicted_act_share_tp4, share, "Share kept per rank at t=4 (measured)", "", 1.0,
                            key="03.predict.act_share_tp4"))
 print(report.megatron_table({k: v for k, v in results.items() if k.startswith("t=4")}))
+one_gpu = megatron.activation_bytes(1)["exact"]
+print(f"one process keeps {one_gpu:,.0f} B in layer 0 (predicted, the exact count): rank 0 keeps "
+      + ", ".join(f"{k} {results[k][0].activation_bytes[0] / one_gpu:.3f}" for k in ("t=4", "t=4 +sp")) + " of it")
+assert share > 1 / 4 and results["t=4 +sp"][0].activation_bytes[0] < results["t=4"][0].activation_bytes[0]
 reference = megatron.single_process()
 assert report.megatron_max_error(results, reference) < 1e-5
 print("every rank's logits and gradients equal one process's within 1e-5 (absolute), at t=2 and t=4, with and"
@@ -127,6 +135,10 @@ print("every mode's Y, dX, dW and db equal the unsplit computation within 1e-5 (
 print("activation bytes per device on 8 devices (measured):",
       ", ".join(f"{r[0]['mode']} {r[0]['activation_bytes']:,} B" for r in runs8),
       f"of the block's {one_device:,} B on one device (predicted)")
+kept = {r[0]["mode"]: r[0]["activation_bytes"] for r in runs8}
+assert kept["2.5d"] == kept["3d"] == one_device // 8 < kept["1d"]  # the tie, at 1/8, and 1D above it
+calls = report.multidim_calls(runs4 + runs8)
+assert calls["1d (P=4)"] == calls["1d (P=8)"] == 2 and calls["2d (q=2)"] == 2 * 2 * 3 * 2 + 2  # section 4's count
 
 # %% [markdown]
 # All byte columns above are bytes (B) per device for the whole MLP block, fp32. 2.5D
@@ -142,7 +154,10 @@ print("activation bytes per device on 8 devices (measured):",
 # first, the one the runs above start with) beside the published ratios:
 
 # %%
-print(report.published_table([("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]))
+layouts = [("1d", 8, 1), ("2d", 16, 1), ("2.5d", 32, 2), ("3d", 8, 1), ("3d", 64, 1)]
+print(report.published_table(layouts))
+assert all(costs.ratios(m, p, 64, 64, 64, d)[k] == costs.published(m, p, d)[k]
+           for m, p, d in layouts for k in ("parameters", "activations"))  # ours equal the published, row by row
 
 # %% [markdown]
 # The price is in collectives (the `calls` column). 1D issues one all-reduce per MLP block in
@@ -167,6 +182,9 @@ a100, ib = hardware.gpu("A100-80GB"), hardware.link("ib-hdr")
 links = [hardware.link("nvlink3"), ib]
 print(f"{a100.name}: NVLink domain of {a100.nvlink_domain_gpus} GPUs")
 print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, a100, ib))
+gpt3_trends = trends.gpt3_block(report.winner_cells([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, a100, ib),
+                                a100.nvlink_domain_gpus, "nvlink3", ib.name)
+assert all(gpt3_trends.values()), gpt3_trends  # each claim of the text below
 
 # %% [markdown]
 # Inside one NVLink domain (up to 8 GPUs) communication is a small share of compute.
@@ -184,6 +202,7 @@ print(report.winners([2, 4, 8, 16, 64], links, 2048, 12288, 4 * 12288, a100, ib)
 
 # %%
 print(report.winners([8, 16, 64], links, 65536, 1024, 4 * 1024, a100, ib))
+assert all(trends.grid_modes_win(report.winner_cells([8, 16, 64], links, 65536, 1024, 4 * 1024, a100, ib)).values())
 
 # %% [markdown]
 # ## 6 · Break it
