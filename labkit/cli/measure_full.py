@@ -10,7 +10,8 @@ from labkit.cli.common import parse_int
 from labkit.errors import LabkitError
 
 FULL_ONLY = {"snapshot": "the snapshot is of the fake step's recorded storages",
-             "recompute": "the real-step path measures no recompute; labkit estimate --recompute predicts it"}
+             "recompute": "the real-step path measures no recompute; labkit estimate --recompute predicts it",
+             "loss_chunks": "the chunked loss is measured on the fake step only"}
 NOT_WITH_FULL = {"device": "a fake step runs on the CPU's kernels (its CUDA-only terms are added analytically)",
                  "calibration": "a fake step takes no time to compare"}
 
@@ -19,6 +20,9 @@ def add_full_flags(p: argparse.ArgumentParser) -> None:
     """The flags only ``--full`` reads (each refused without it by ``refuse_without_full``)."""
     p.add_argument("--recompute", help="with --full: none (default) or full: transformers' gradient checkpointing "
                    "of every layer (with --finetune, the same as --gradient-checkpointing)")
+    p.add_argument("--loss-chunks", help="with --full: the output layer and cross-entropy over N sequence chunks, "
+                   "each recomputed in backward (as Liger's and torchtune's chunked losses); default: transformers' "
+                   "loss over the whole fp32 logits")
 
 
 def refuse_without_full(a: argparse.Namespace) -> None:
@@ -57,8 +61,9 @@ def run_full(a: argparse.Namespace, batch: int, seq: int, layers: int | None, dr
         from labkit.measure.fake_build import load
 
         ft = finetune_from_args(a, load(a.hf_config, layers).shape, a.precision)
+    chunks = None if a.loss_chunks is None else parse_int("loss_chunks", a.loss_chunks)
     report = measure_full(a.hf_config, batch, seq, a.precision, torch_name(a.attention), a.cache, dropout, layers, ft,
-                          recompute="none" if ft is not None else recompute)
+                          recompute="none" if ft is not None else recompute, loss_chunks=chunks)
     if a.snapshot:
         from labkit.measure.snapshot import write_snapshot
 

@@ -73,32 +73,36 @@ def _cast(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 m._buffers[name] = b.to(dtype)
 
 
-def _trainer(model: torch.nn.Module, ids: torch.Tensor, precision: str):
-    """``Trainer(model=..., precision=...)`` on fake tensors: the bf16-mixed cast done by ``_cast`` first."""
+def _trainer(model: torch.nn.Module, ids: torch.Tensor, precision: str, loss_chunks: int | None = None):
+    """``Trainer(model=..., precision=...)`` on fake tensors: the bf16-mixed cast done by ``_cast`` first;
+    ``loss_chunks``: the loss over that many sequence chunks (``labkit.measure.chunked_loss``), else the model's."""
+    from labkit.measure.chunked_loss import chunked_loss
     from labkit.rig.train import Trainer
 
+    loss = None if loss_chunks is None else chunked_loss(loss_chunks)
     if precision != "bf16-mixed":
-        return Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision)
+        return Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision, loss=loss)
     _cast(model, torch.bfloat16)
     model.to = lambda *a, **k: model  # already cast: the Trainer's own cast would try to swap
     try:
-        return Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision)
+        return Trainer(model=model, data={"input_ids": ids, "labels": ids}, precision=precision, loss=loss)
     finally:
         del model.to
 
 
 def full_trainer(spec: HFModel, batch: int, seq: int, precision: str, attention: str = "sdpa",
-                 cache: bool = False, dropout: float | None = None, checkpointing: bool = False):
+                 cache: bool = False, dropout: float | None = None, checkpointing: bool = False,
+                 loss_chunks: int | None = None):
     """A ``Trainer`` of ``spec`` whose every tensor is fake; call it inside ``fake_mode()`` and ``fake_keys()``."""
     from labkit.shapes.hf_models import build_model
 
     model = build_model(spec, attention, device="cpu", dropout=dropout, use_cache=cache)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return _trainer(model, _ids(spec, batch, seq), precision)
+    return _trainer(model, _ids(spec, batch, seq), precision, loss_chunks)
 
 
-def finetune_trainer(spec: HFModel, ft, batch: int, seq: int, precision: str, mode):
+def finetune_trainer(spec: HFModel, ft, batch: int, seq: int, precision: str, mode, loss_chunks: int | None = None):
     """``labkit.measure.finetune.finetune_trainer``'s model, built on meta, wrapped, then made fake in ``mode``
     (a ``fake_mode()`` not yet entered: peft must wrap the meta model outside it)."""
     from labkit.measure.finetune import _peft
@@ -125,7 +129,7 @@ def finetune_trainer(spec: HFModel, ft, batch: int, seq: int, precision: str, mo
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        trainer = _trainer(model, _ids(spec, batch, seq), precision)
+        trainer = _trainer(model, _ids(spec, batch, seq), precision, loss_chunks)
         if ft.method == "qlora":
             from labkit.measure.nf4 import quantize_base
 

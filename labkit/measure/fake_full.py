@@ -34,7 +34,7 @@ STAGES = ("building the model under fake tensors", "warm-up step (creates the op
 
 
 def _full_predictions(spec, batch: int, seq: int, precision: str, attention: str, cache: bool, dropout,
-                      recompute: str = "none"):
+                      recompute: str = "none", loss_chunks: int | None = None):
     from labkit.predict.activation_options import ActivationOptions
     from labkit.predict.estimate import model_state_bytes
     from labkit.predict.recompute_peak import hf_recompute_peak
@@ -44,14 +44,21 @@ def _full_predictions(spec, batch: int, seq: int, precision: str, attention: str
         return states, None, None, None, None, "no activation prediction in bf16-autocast"
     e = 4 if precision == "fp32" else 2
     opt = ActivationOptions.for_model(spec, attention, cache=cache, act_bytes=e, dropout=dropout, seq=seq)
-    cpu, per_layer, outside = hf_recompute_peak(spec, batch, seq, precision, attention, cache, dropout, "cpu",
-                                                recompute=recompute)
-    on_cuda, cuda_layer, cuda_outside = hf_recompute_peak(spec, batch, seq, precision, attention, cache, dropout,
-                                                          "cuda", 9, recompute)
+    if loss_chunks is None:
+        cpu, per_layer, outside = hf_recompute_peak(spec, batch, seq, precision, attention, cache, dropout, "cpu",
+                                                    recompute=recompute)
+        on_cuda, cuda_layer, cuda_outside = hf_recompute_peak(spec, batch, seq, precision, attention, cache, dropout,
+                                                              "cuda", 9, recompute)
+    else:
+        from labkit.predict.loss_chunks import hf_chunked_peak
+
+        cpu, per_layer, outside = hf_chunked_peak(spec, batch, seq, precision, loss_chunks, attention, cache, dropout)
+        on_cuda, cuda_layer, cuda_outside = hf_chunked_peak(spec, batch, seq, precision, loss_chunks, attention,
+                                                            cache, dropout, "cuda", 9)
     assumes = (f"{opt.attention} attention, {opt.activation}, {opt.norm}, cache {'on' if opt.cache else 'off'}, "
                + (f"{opt.mask_bytes}-byte dropout masks" if opt.mask_bytes else "no dropout")
                + (", full recompute: each layer's input (labkit.predict.recompute_peak)" if recompute == "full"
-                  else ""))
+                  else "") + (f", loss over {loss_chunks} chunks (labkit.predict.loss_chunks)" if loss_chunks else ""))
     cuda_acts = cuda_layer * spec.shape.layers + cuda_outside
     return states, (per_layer, outside), cpu, (cuda_acts, on_cuda), opt, assumes
 
@@ -95,9 +102,11 @@ def _bar(progress):
 
 def measure_full(config, batch: int = 1, seq: int = 2048, precision: str = "bf16-mixed", attention: str = "sdpa",
                  cache: bool = False, dropout: float | None = None, layers: int | None = None,
-                 finetune=None, progress: Callable[[str], None] | None = None, recompute: str = "none") -> FullReport:
+                 finetune=None, progress: Callable[[str], None] | None = None, recompute: str = "none",
+                 loss_chunks: int | None = None) -> FullReport:
     """The full-size model's step under fake tensors beside its prediction (``finetune``: a ``Finetune``;
-    ``recompute``: none or full, transformers' gradient checkpointing of every layer, for full training)."""
+    ``recompute``: none or full, transformers' gradient checkpointing of every layer, for full training;
+    ``loss_chunks``: the loss over that many sequence chunks, ``labkit.measure.chunked_loss``)."""
     require_positive("batch", batch)
     require_positive("seq", seq)
     require_choice("precision", precision, PRECISIONS)
@@ -105,6 +114,11 @@ def measure_full(config, batch: int = 1, seq: int = 2048, precision: str = "bf16
     require_choice("recompute", recompute, RECOMPUTE)
     if finetune is not None and recompute != "none":
         raise LabkitError("recompute applies to full training; with finetune, use Finetune(checkpointing=True)")
+    if loss_chunks is not None:
+        require_positive("loss_chunks", loss_chunks)
+        if recompute != "none" or precision == "bf16-autocast":
+            raise LabkitError("loss_chunks takes recompute none and precision fp32 or bf16-mixed (the chunked loss's "
+                              "prediction assumes them)")
     spec = load(config, layers)
     check_limits(spec, batch, seq)
     say, close = _bar(progress)
@@ -116,26 +130,27 @@ def measure_full(config, batch: int = 1, seq: int = 2048, precision: str = "bf16
                 if precision not in ("fp32", "bf16-mixed") or attention != "sdpa" or cache or dropout:
                     raise LabkitError("finetune takes precision fp32 or bf16-mixed, sdpa attention, no cache and no "
                                       "dropout (the fine-tuning prediction assumes them)")
-                trainer = finetune_trainer(spec, finetune, batch, seq, precision, mode)
+                trainer = finetune_trainer(spec, finetune, batch, seq, precision, mode, loss_chunks)
             else:
                 with mode:
                     trainer = full_trainer(spec, batch, seq, precision, attention, cache, dropout,
-                                           checkpointing=recompute == "full")
+                                           checkpointing=recompute == "full", loss_chunks=loss_chunks)
             with mode:
                 rec = _steps(trainer, say)
             if finetune is not None:
                 from labkit.measure.fake_full_ft import finetune_report
 
-                return finetune_report(spec, finetune, batch, seq, precision, trainer, rec)
-            return _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec, recompute)
+                return finetune_report(spec, finetune, batch, seq, precision, trainer, rec, loss_chunks)
+            return _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec, recompute,
+                                loss_chunks)
     finally:
         close()
 
 
 def _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer, rec: RecordedStep,
-                 recompute: str = "none") -> FullReport:
+                 recompute: str = "none", loss_chunks: int | None = None) -> FullReport:
     states, acts, cpu, cuda, _opt, assumes = _full_predictions(spec, batch, seq, precision, attention, cache, dropout,
-                                                               recompute)
+                                                               recompute, loss_chunks)
     m = rec.memory
     per_layer, outside = acts if acts else (None, None)
     total = None if acts is None else per_layer * spec.shape.layers + outside
@@ -143,4 +158,5 @@ def _full_report(spec, batch, seq, precision, attention, cache, dropout, trainer
                   "optimizer states": (m.optimizer, states["optimizer"]), "activations": (m.activations, total)}
     on_cuda = None if cuda is None else (cuda[0], total, cuda[1].peak)
     return _report(spec.shape.name, spec.shape.params, batch, seq, precision, attention, cache, trainer, rec,
-                   categories, per_layer, outside, cpu, on_cuda, assumes, {"recompute": recompute})
+                   categories, per_layer, outside, cpu, on_cuda, assumes,
+                   {"recompute": recompute, "loss_chunks": loss_chunks})

@@ -30,6 +30,10 @@ class FullReport(OwnModelReport):
         lines += [f"  {name}: {b:,} B" for name, b in c["terms"].items()]
         lines.append(f"  measured peak + these: {c['measured_peak']:,} B; predicted on CUDA: "
                      + ("-" if c["predicted_peak"] is None else f"{c['predicted_peak']:,.0f} B"))
+        if c.get("reserved_estimate") is not None:
+            lines.append(f"  reserved, an estimate (not measured): {c['reserved_estimate']:,} B, the rounded peak and "
+                         f"the caching allocator's largest margin measured on the H200 ({c['reserve_share']:.1%}, "
+                         "labkit.predict.allocator); peak allocated is the figure above")
         return "\n".join(lines)
 
 
@@ -71,7 +75,12 @@ def _report(name, params, batch, seq, precision, attention, cache, trainer, rec,
         terms = _cuda_terms(rec, batch, seq, cuda_acts, cpu_acts)
         at_peak = _cuda_peak(pk.by_phase, terms[_ATTENTION])
         rest = sum(v for k, v in terms.items() if k not in (_ROUNDING, _ATTENTION))
+        from labkit.predict.allocator import reserve_share
+
+        share = reserve_share()
         cuda_info = {"terms": terms, "measured_peak": at_peak + rest,
-                     "measured_peak_rounded": at_peak + rest + terms[_ROUNDING], "predicted_peak": predicted}
+                     "measured_peak_rounded": at_peak + rest + terms[_ROUNDING], "predicted_peak": predicted,
+                     "reserved_estimate": round((at_peak + rest + terms[_ROUNDING]) * (1 + share)),
+                     "reserve_share": share}
     return FullReport(name, params, setup, categories, layer_rows,
                       (sum(rec.memory.outside_layers().values()), outside), peak, {}, cuda_info, rec)
