@@ -47,6 +47,16 @@ def test_timeline_peak_is_the_measured_peak(tiny):
     assert [label for label, _ in tl.layers][:3] == ["layer 0", "layer 1", "layer 2"]
 
 
+def test_the_curve_s_shape_holds_and_a_flat_one_fails(tiny):
+    from dataclasses import replace
+
+    _, _, tl = tiny
+    assert all(tl.trends().values()), tl.trends()
+    flat = replace(tl, alive={**tl.alive, "gradients": (0,) * tl.events})
+    assert not flat.trends()["while the gradients arrive"]
+    assert replace(tl, phases=tl.phases[:2]).trends() == {"the step has forward, backward and optimizer phases": False}
+
+
 def test_phase_peaks_match_the_counter(tiny):
     _, rec, tl = tiny
     assert {k: v for k, v in tl.phase_peaks().items() if k != "before"} == rec.peak.by_phase
@@ -80,5 +90,9 @@ def test_plots_are_figures(tiny):
     from labkit.teach.plots_timeline import timeline_plot, timelines_side_by_side
 
     _, _, tl = tiny
-    assert repr(timeline_plot(tl)).startswith("<Figure size 800x360")
+    import matplotlib.pyplot as plt
+
+    fig = timeline_plot(tl)
+    assert repr(fig).startswith("<Figure size 800x360")
+    assert fig.number not in plt.get_fignums()  # closed once drawn: a notebook shows the returned figure once
     assert "with 2 Axes" in repr(timelines_side_by_side([tl, tl], ["a", "b"]))

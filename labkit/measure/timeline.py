@@ -51,6 +51,22 @@ class Timeline:
                 out[name] = max(out.get(name, 0), max(total[start:end]))
         return out
 
+    def trends(self) -> dict[str, bool]:
+        """The curve's shape as notebook 01's text states it, one boolean per claim (its cell asserts them).
+
+        Read at the phase boundaries: the forward ends at the activations' most, the backward frees them while the
+        gradients arrive, and the optimizer phase ends with no gradient left (``zero_grad(set_to_none=True)``).
+        """
+        start = dict(self.phases)
+        if not {"forward", "backward", "optimizer"} <= set(start):
+            return {"the step has forward, backward and optimizer phases": False}
+        acts, grads = self.alive["activations"], self.alive["gradients"]
+        fwd_end, bwd_end = start["backward"] - 1, start["optimizer"] - 1
+        return {"activations rise through the forward pass": acts[fwd_end] == max(acts) > acts[start["forward"]],
+                "they fall through the backward": acts[bwd_end] < acts[fwd_end] / 100,
+                "while the gradients arrive": grads[bwd_end] > grads[fwd_end],
+                "the optimizer step ends with the gradients freed": grads[-1] == 0 < grads[bwd_end]}
+
     def summary(self) -> str:
         """A few stable lines: the peak, its phase and its categories (bytes, exact)."""
         parts = ", ".join(f"{c} {b:,}" for c, b in self.at_peak().items())

@@ -58,6 +58,7 @@ def timeline_plot(tl: Timeline, title: str = "") -> Figure:
     draw_timeline(ax, tl, title)
     ax.legend(loc="upper left", fontsize=7, frameon=False)
     fig.tight_layout()
+    plt.close(fig)  # returned, not left open: a notebook would otherwise show it twice (as plots.py does)
     return fig
 
 
@@ -71,4 +72,5 @@ def timelines_side_by_side(tls: Sequence[Timeline], titles: Sequence[str]) -> Fi
         ax.set_ylim(0, peak / unit[0] * 1.08)
     fig.axes[0].legend(loc="upper left", fontsize=7, frameon=False)
     fig.tight_layout()
+    plt.close(fig)
     return fig

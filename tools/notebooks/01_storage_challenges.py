@@ -89,6 +89,7 @@ for label, est in (("tp8 pp16 dp8, activations kept", megatron),
           f"{100 * est.activation_share:.0f}% of it activations (predicted)")
 print(f"one GPU alone: {alone.per_device_bytes['total'] / 1e9:,.0f} GB, "
       f"{alone.per_device_bytes['total'] / a100.memory_bytes:.0f} times the card (predicted)")
+assert megatron.activation_share > 0.5 > megatron_ckpt.activation_share  # the introduction's two claims
 plots.memory_bars({"tp8 pp16 dp8, activations kept": megatron.per_device_bytes,
                    "tp8 pp16 dp8, --checkpoint-activations": megatron_ckpt.per_device_bytes},
                   capacity_bytes=a100.memory_bytes, capacity_label=a100.name, wrap=24,
@@ -150,7 +151,10 @@ for name, nbytes in measured.items():
 # backward. Activations and full gradients never coexist here: the previous step's
 # gradients were freed (`zero_grad(set_to_none=True)`) before this forward pass.
 # `other` is what lives outside the step, mostly the corpus's token ids (8 bytes
-# each) that the batch loader keeps. (Measured, in bytes; the figure leaves `other` out.)
+# each) that the batch loader keeps. The few bytes of activations left after backward are
+# the loss and backward's seed gradient (the loss's gradient with respect to itself, 1.0),
+# one fp32 number each (the ledger below prints them). (Measured, in bytes; the figure
+# leaves `other` out.)
 
 # %%
 ledger = activation_ledger(trainer)
@@ -175,15 +179,19 @@ plots.memory_bars({p: {k: v for k, v in row.items() if k != "other"} for p, row 
 print(tables.text_table(["activations, one step (measured)", "bytes"], [[k, f"{v:,}"] for k, v in ledger.rows()]))
 assert ledger.saved == step.activations
 assert ledger.after_forward == ledger.tracker_after_forward
+print(f"left after backward (MemTracker): {ledger.tracker_after_backward} B = the loss "
+      f"({ledger.unsaved_outputs['loss']} B) + backward's seed gradient ({ledger.seed_gradient} B)")
+assert ledger.tracker_after_backward == ledger.unsaved_outputs["loss"] + ledger.seed_gradient
 
 # %% [markdown]
 # The same kind of step, storage by storage: `labkit.measure.timeline` records every tensor storage the step
 # creates and frees and files it under the part it plays (an activation is what autograd saved; a gradient
 # what became `p.grad`; everything else made during the step is a temporary). Activations rise through the
 # forward pass, fall through the backward while the gradients arrive, and the optimizer step ends with the
-# gradients freed. The vertical ticks mark the layers; the dashed line is the step's peak, the one
-# `whole_step_peak` measures (the `assert`). `labkit measure --full --snapshot FILE` writes the same record
-# of a full-size step for PyTorch's memory_viz.
+# gradients freed (asserted). The vertical ticks mark the layers; the dashed line is the step's peak, the one
+# `whole_step_peak` measures (the `assert`). Its `parameters` include the model's buffers (each layer's causal
+# mask, printed), so they read a little above `measure_step`'s parameters. `labkit measure --full --snapshot
+# FILE` writes the same record of a full-size step for PyTorch's memory_viz.
 
 # %%
 from labkit.measure import whole_step_peak  # noqa: E402
@@ -192,7 +200,11 @@ from labkit.teach.plots_timeline import timeline_plot  # noqa: E402
 
 timeline = step_timeline(trainer)
 print(timeline.summary())
+buffers = sum(b.nbytes for b in trainer.model.buffers())
+print(f"parameters {timeline.at_peak()['parameters']:,} B = measure_step's {step.parameters:,} + buffers {buffers:,}")
 assert timeline.peak == whole_step_peak(trainer).peak
+assert timeline.at_peak()["parameters"] == step.parameters + buffers
+assert all(timeline.trends().values()), timeline.trends()  # rise in forward, fall in backward, gradients freed
 timeline_plot(timeline, "One step of the tiny GPT, storage by storage (measured)")
 
 # %% [markdown]
@@ -300,12 +312,15 @@ assert at_update.at_update == STATE_CONVENTIONS[-1].bytes_per_param
 variants = {"bool masks, explicit attention": GPTConfig(vocab_size=data.vocab_size()),
             "float masks (F.dropout)": GPTConfig(vocab_size=data.vocab_size(), mask="float"),
             "fused attention (SDPA)": GPTConfig(vocab_size=data.vocab_size(), attention="fused")}
+kept = {}
 for label, cfg in variants.items():
     run = Trainer(TrainConfig(model=cfg))
     v = measure_step(run)
+    kept[label] = v.activations_per_layer()[0]
     attn_drop = "yes" if hasattr(run.model.h[0].attn.core, "attn_drop") else "no"
     print(f"{label:31} {count_parameters(run.model):,} parameters, {cfg.mask:5} masks, attention dropout "
           f"{attn_drop:3}| layer 0 keeps {v.activations_per_layer()[0]:>9,} bytes (measured)")
+assert kept["float masks (F.dropout)"] > kept["bool masks, explicit attention"] > kept["fused attention (SDPA)"]
 
 # %% [markdown]
 # FLOPs too: torch's `FlopCounterMode` counts every matrix multiply of a real step
@@ -357,6 +372,10 @@ print(f"on {h100.name}: true capacity {h100.memory_bytes / 2**30:.1f} GiB = {h10
       f"(sold as {h100.memory_nominal_bytes / 1e9:.0f} GB); table in GB = 1e9 B, predicted")
 print(tables.estimate_table(scaled))
 print(f"GPT-2 here is {cases['GPT-2, b=8, s=1024'].shape.params:,} parameters (predicted from its shape)")
+dominate = {k: scaled[k].activation_share > 0.5 for k in cases}
+assert dominate == {"GPT-2, b=8, s=1024": True, "GPT-3 175B on one GPU": False, "GPT-3, tp8 pp16 dp8": True,
+                    "  + seq. parallel, selective": False, "Llama-2 7B, s=4096, fused": False,
+                    "  + ZeRO-3 over 8 GPUs": True}, dominate  # the text below, row by row
 
 # %% [markdown]
 # Activations dominate when the model states are small or sharded (GPT-2, GPT-3
@@ -416,6 +435,7 @@ print(f"short by {-wish.headroom_bytes / 1e9:.1f} GB: the model states alone are
 # %%
 analogy = scaled_budget(rtx.memory_bytes, states, step.model_states)
 device_bytes = analogy.budget_bytes
+assert step.model_states > device_bytes and states > rtx.memory_bytes  # both models' states alone overflow
 print(f"{rtx.name} / Llama-2 7B states: {analogy.real_ratio:.3f} (predicted states); "
       f"device / tiny GPT states: {analogy.micro_ratio:.3f} ({device_bytes:,} B / {step.model_states:,} B measured)")
 for micro_batch in (16, 4, 1):
@@ -423,6 +443,7 @@ for micro_batch in (16, 4, 1):
     run.step()  # the first step creates the optimizer states
     peak = peak_step_bytes(run)
     verdict = "fits" if peak <= device_bytes else f"out of memory by {peak - device_bytes:,} B"
+    assert peak > device_bytes  # the text below: no micro-batch fits
     print(f"micro-batch {micro_batch:2}: measured peak {peak:>11,} B on a {device_bytes:,}-B device: {verdict}")
 
 # %% [markdown]
@@ -502,6 +523,7 @@ from labkit.shapes.hf_models import small_spec  # noqa: E402
 spec = small_spec("llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128, vocab=96)
 report = compare_model(spec, batch=2, seq=32, precision="bf16-mixed", attention="sdpa", timed=False)
 print(report)
+assert all(measured == predicted for _, measured, predicted in report.rows())  # every category and layer, exact
 
 # %% [markdown]
 # The model states follow ZeRO's 16 bytes per parameter, and the activations, layer by
@@ -527,6 +549,7 @@ from labkit.shapes.hf_models import build_model, count_parameters  # noqa: E402
 mistral = from_config(shipped_configs()["mistral-7b"])
 print(f"{mistral.shape.name}: labkit {mistral.shape.params:,} parameters, "
       f"transformers {count_parameters(build_model(mistral, device='meta')):,}")
+assert mistral.shape.params == count_parameters(build_model(mistral, device="meta"))
 print(f"source: {mistral.source}")
 setup = TrainingSetup(mistral.shape, micro_batch=1, seq=4096, precision="bf16-mixed", attention="fused")
 est = estimate_memory(setup)
