@@ -41,6 +41,7 @@ from functools import lru_cache
 
 from labkit.errors import require_choice, require_positive
 from labkit.predict.bytes_per_param import FP32, GRAD32, MASTER, MOMENTS, WEIGHT16
+from labkit.predict.peak_moments import PeakTerm, mlp_backward_transients, rmsnorm_backward_transients
 from labkit.shapes import ModelShape
 from labkit.shapes.tensors import parameter_tensors
 
@@ -54,15 +55,6 @@ MIB = 2**20
 def cublas_workspace_bytes(cuda_major: int) -> int:
     """One cuBLAS workspace: torch's default for the device's compute capability (CublasHandlePool.cpp)."""
     return 32 * MIB if cuda_major >= 9 else 8 * MIB + 128 * 1024
-
-
-@dataclass(frozen=True)
-class PeakTerm:
-    """One named quantity alive at a moment of the step (bytes), and why it is there."""
-
-    name: str
-    bytes: float
-    why: str
 
 
 @dataclass(frozen=True)
@@ -162,28 +154,6 @@ def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int
         return float(state_bytes * sum(tensors))
     prev = (0, *tensors[:-1])
     return float(state_bytes * max(2 * n + p for n, p in zip(tensors, prev, strict=True)))
-
-
-def mlp_backward_transients(bsf_bytes: float, weight_grad: float = 0.0, activation_grads: int = 2) -> PeakTerm:
-    """The MLP's backward at its activation (both step models use it): the down projection's input gradient
-    and the ``activation_grads`` gradients the activation's backward makes before it frees one, beside
-    ``weight_grad``, the down projection's weight gradient when the weights train. A frozen LoRA base keeps
-    the down projection's saved input to the end of the layer: 2 there (SwiGLU: both inputs of its product;
-    gelu_new: its tanh chain), measured op by op on fake and real steps (``tests/test_fake_property.py``);
-    full training frees that input first, which ``step_peak``'s ``mlp_grads - 1`` counts."""
-    return PeakTerm("MLP backward transients", weight_grad + (1 + activation_grads) * bsf_bytes,
-                    "the down projection's input gradient and the gradients through its activation (SwiGLU: both "
-                    "inputs of its product; gelu_new: its tanh formula's chain)")
-
-
-def rmsnorm_backward_transients(bsh: int, act_bytes: int, frozen_head: bool = False) -> PeakTerm:
-    """transformers' Python RMSNorm backward: in 16-bit runs the fp32 upcast gradient and the gradients through
-    ``x.pow(2).mean()`` (its mean's and three of the pow's), five fp32 b*s*h tensors at its worst; three in fp32
-    runs of full training, where the upcast is a no-op and the output layer's weight gradient is alive beside them,
-    five again under a frozen head (LoRA). Measured op by op (``tests/test_fake_property.py``); why full fp32
-    training holds two fewer is not traced."""
-    return PeakTerm("RMSNorm backward transients", (5 if act_bytes != 4 or frozen_head else 3) * 4 * bsh,
-                    "fp32 gradients through the norm's upcast, mean and pow")
 
 
 def _states(s: StepShape) -> list[PeakTerm]:
