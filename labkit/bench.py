@@ -222,7 +222,7 @@ def notebooks_under_load(labs: Path, names: tuple[str, ...] = NOTEBOOKS) -> list
     or "")."""
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     out = []
     with tempfile.TemporaryDirectory(prefix="labkit-bench-load-") as tmp, busy():
@@ -234,8 +234,8 @@ def notebooks_under_load(labs: Path, names: tuple[str, ...] = NOTEBOOKS) -> list
             t0, error = time.perf_counter(), ""
             try:
                 client.execute()
-            except CellExecutionError as err:
-                error = str(err).strip().splitlines()[-1][:200]
+            except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:  # a hung kernel is a failure too
+                error = (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
             out.append((name, time.perf_counter() - t0, error))
     return out
 
