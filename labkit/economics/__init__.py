@@ -13,5 +13,6 @@
 * ``strategies``: all in HBM (ZeRO-3), DRAM offload (ZeRO-Offload), SSD offload (ZeRO-Infinity):
   GPU count from memory, and one step's time from FLOPs, MFU and exposed transfers;
 * ``run``: a whole run costed (time, $, kWh, kg CO2, SSD wear), the three side by side, who wins;
+* ``trends``: what the notebook's text claims of its tables, each True or False, asserted there (issue 40);
 * ``panel``: the design widget.
 """

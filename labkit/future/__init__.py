@@ -11,5 +11,6 @@
 * ``pim``: processing-in-memory headline results (HBM-PIM, UPMEM, PRIME, ISAAC) as data with sources, and
   the energy of a crossbar product beside fp32 and int8 digital baselines;
 * ``panel``: the design widget for the crossbar;
+* ``trends``: what the notebook's text claims of its tables, each True or False, asserted there (issue 40);
 * ``exercises``: the notebook's self-check exercises.
 """

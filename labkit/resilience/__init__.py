@@ -17,5 +17,6 @@
 * ``failover``: the same for real: 2 gloo ranks each computing the other's stage, one SIGKILLed, the
   survivor finishing alone bit-identically (launched with ``labkit.dist.run_outcomes``);
 * ``panel``: the design widget: goodput of checkpoint-restart, in-memory peer and RC on a failing cluster;
+* ``trends``: what the notebook's text claims of its tables, each True or False, asserted there (issue 40);
 * ``exercises``: the notebook's self-check questions, registered with ``labkit.teach.checks``.
 """
