@@ -149,7 +149,7 @@ for store, (off, _, _) in results.items():
 from labkit.offload.calibrate import MODEL, calibrate
 
 cal = calibrate(repeats=7)  # 7 paired plain/offloaded steps per store: the timing below is their median and range
-print("calibration model (offload.calibrate.MODEL):", ", ".join(f"{k} {v}" for k, v in MODEL.items()), "; batch 4")
+print("calibration model (offload.calibrate.MODEL):", ", ".join(f"{k} {v}" for k, v in MODEL.items()) + "; batch 4")
 for r in cal.rows:
     print(f"{r.store}: {r.measured_bytes:,} B moved out and back (measured) = {r.simulated_bytes:,.0f} B (simulated)")
 assert all(r.measured_bytes == r.simulated_bytes for r in cal.rows)
@@ -245,7 +245,7 @@ predicted_search_overhead = None  # per cent
 
 # %%
 gpt2m = model_shape("gpt2-medium")
-points = swap_sweep.sweep(gpt2m, 1024, 4, "RTX-4090")
+points = swap_sweep.sweep(gpt2m, 1024, 4, "RTX-4090", population=10, generations=15)  # the search's size
 n_seeds = len(points[0].ga)
 at_15 = next(p for p in points if p.ratio == 1.5)
 print(checks.reveal_number(predicted_search_overhead, 100 * at_15.ga_median,
