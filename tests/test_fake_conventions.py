@@ -2,7 +2,7 @@
 (``labkit.measure.chunked_loss``) beside ``labkit.predict.loss_chunks``, against transformers' loss over the whole
 fp32 logits, for full training and LoRA; the reserved estimate labelled as one; one-line refusals.
 
-Cost: about 8 s on 2 cores, one process (one layer at Llama-2-7B's widths).
+Cost: about 10 s on 2 cores, one process (one layer at Llama-2-7B's widths).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from labkit.cli import main
 from labkit.measure.fake_full import measure_full
 from labkit.predict.finetune import Finetune
 
-SEQ, VOCAB = 512, 32000
+SEQ, VOCAB = 1024, 32000
 
 
 def _run(chunks, **kw):
@@ -33,8 +33,11 @@ def test_chunked_loss_drops_the_log_probabilities_and_the_forward_logits():
     assert fwd[0] > fwd[1] > fwd[2]
     assert fwd[1] - fwd[2] == 8 * VOCAB * (SEQ - SEQ // 4)  # one chunk's fp32 logits and log-softmax
     for r in (one, four):
-        assert r.peak["by_phase"]["measured"]["forward"] == pytest.approx(r.peak["by_phase"]["predicted"]["forward"],
-                                                                          abs=1024)
+        measured, predicted = r.peak["by_phase"]["measured"], r.peak["by_phase"]["predicted"]
+        assert measured["forward"] == pytest.approx(predicted["forward"], abs=1024)
+        if r is four:  # its worst moment: a later chunk's weight gradient; one chunk's lies in the layer, where
+            # step_peak's own moment is 4.3% below the measurement at this length (labkit.predict.step_peak's)
+            assert measured["backward"] == pytest.approx(predicted["backward"], abs=1024)
         assert r.peak["measured"] == pytest.approx(r.peak["predicted"], rel=1e-3)
         assert r.setup["loss_chunks"] in (1, 4)
 

@@ -8,14 +8,16 @@ labels padded by one, whose storage is 8*b*(s+1). Measured to the byte under fak
 
 Peak: at the end of the forward the largest chunk (``c`` = ceil(s/chunks) positions) holds its fp32 logits
 and their log-softmax, 8*b*c*V bytes whatever the precision (the 16-bit logits are freed once upcast; a few
-hundred bytes of scalars beside them are left out); transformers' loss holds
-the whole logits and, in 16-bit runs, their fp32 copy instead (``labkit.predict.step_peak``). In backward a
-recomputed chunk holds its log-probabilities, their gradient and the logits' gradient, 12*b*c*V, beside the
-output layer's weight gradient; the in-layer moments are ``step_peak``'s. The backward phase is the weak
-part: on a one-layer Llama-2-7B at 2,048 tokens it is 3.6% high with one chunk and 4.2% low with four (the
-measured worst moment lies in the layers, where ``step_peak`` itself is below the measurement); the forward
-is within a kilobyte. A frozen output layer (LoRA) saves no input, so there the checkpoints' views of the
-final norm's output add e*b*s*h (``labkit.measure.fake_full_ft``).
+hundred bytes of scalars beside them are left out); transformers' loss holds the whole logits and, in 16-bit
+runs, their fp32 copy instead (``labkit.predict.step_peak``). In backward a recomputed chunk holds its
+log-probabilities, their gradient and the logits' fp32 gradient, 12*b*c*V, beside the output layer's weight
+gradient once a chunk is done (and the finished chunks' hidden-state gradients, which the split's backward
+holds until the last); each later chunk's weight gradient arrives as a matmul's output and its transpose, two
+more of the output layer's gradient, before it is added (measured under fake tensors). The in-layer moments
+are ``step_peak``'s, the final RMSNorm's backward ``rmsnorm_backward_transients``. Forward and backward are
+within 16 KB on one layer at Llama-2-7B's widths (1 to 4 chunks, fp32 and bf16-mixed). A frozen output
+layer (LoRA) saves no input, so there the checkpoints' views of the final norm's output add e*b*s*h
+(``labkit.measure.fake_full_ft``); the LoRA peak with chunks is not predicted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from labkit.errors import require_positive
-from labkit.predict.step_peak import PeakTerm, StepPeak, StepShape, _backward_in_layers, _states, step_peak
+from labkit.predict.step_peak import (
+    PeakTerm,
+    StepPeak,
+    StepShape,
+    _backward_in_layers,
+    _states,
+    rmsnorm_backward_transients,
+    step_peak,
+)
 
 
 def chunk_len(seq: int, chunks: int) -> int:
@@ -44,10 +54,19 @@ def chunked_loss_peak(s: StepShape, chunks: int) -> StepPeak:
     acts = PeakTerm("activations", s.activations, "every tensor saved for backward")
     forward = (*states, acts, PeakTerm("chunk logits", 8 * bcv, "one chunk's fp32 logits and log-softmax"))
     head = PeakTerm("output layer gradient", s.weight_bytes * s.head_params, "accumulated over the chunks")
-    flow = PeakTerm("hidden-state gradients", s.act_bytes * s.batch * s.seq * s.hidden, "the chunks' gradients")
-    at_loss = (*states, acts, head, flow, PeakTerm("chunk backward", 12 * bcv, "a recomputed chunk's "
-               "log-probabilities, their gradient and the logits' fp32 gradient"))
-    moments = [at_loss, *(_backward_in_layers(s, states, at) for at in (s.layers - 1, 0))]
+    n = -(-s.seq // c)  # chunks torch.chunk makes
+    flow = PeakTerm("hidden-state gradients", s.act_bytes * s.batch * c * s.hidden * (n - 1), "the chunks done")
+    chunk = PeakTerm("chunk backward", 12 * bcv, "a recomputed chunk's log-probabilities, their gradient and the "
+                     "logits' fp32 gradient")
+    first, last = (*states, acts, chunk), (*states, acts, head, flow, chunk)
+    adding = (*states, acts, head, flow, PeakTerm("chunk weight gradient", 2 * s.weight_bytes * s.head_params,
+              "a later chunk's output-layer weight gradient and its transpose, before they join the accumulated one"))
+    moments = [first, *([last, adding] if n > 1 else []),
+               *(_backward_in_layers(s, states, at) for at in (s.layers - 1, 0))]
+    if s.rmsnorm:
+        moments.append((*states, PeakTerm("activations", s.activations - 8 * s.batch * (s.seq + 1), "all but the "
+                                          "padded labels"), head,
+                        rmsnorm_backward_transients(s.batch * s.seq * s.hidden, s.act_bytes)))
     base = step_peak(s)
     phases = {"forward": forward, "backward": max(moments, key=lambda ts: sum(t.bytes for t in ts)),
               "optimizer": base.phases["optimizer"]}
