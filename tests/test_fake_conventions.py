@@ -57,6 +57,8 @@ def test_lora_chunked_loss_activations_to_the_byte_and_reserved_is_labelled():
     (["--full", "--loss-chunks", "two"], "loss_chunks must be a positive integer (got 'two')"),
     (["--full", "--loss-chunks", "-3"], "loss_chunks must be a positive integer"),
     (["--loss-chunks", "4"], "loss_chunks needs --full"),
+    (["--full", "--seq", "64", "--loss-chunks", "99999999999999999999"], "loss_chunks must be between 1 and seq (64)"),
+    (["--full", "--loss-chunks", "2", "--cache"], "loss_chunks takes recompute none, cache off"),
     (["--full", "--loss-chunks", "4", "--recompute", "full"], "loss_chunks takes recompute none"),
     (["--full", "--loss-chunks", "4", "--precision", "bf16-autocast"], "loss_chunks takes recompute none"),
 ])

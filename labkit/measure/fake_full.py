@@ -115,10 +115,11 @@ def measure_full(config, batch: int = 1, seq: int = 2048, precision: str = "bf16
     if finetune is not None and recompute != "none":
         raise LabkitError("recompute applies to full training; with finetune, use Finetune(checkpointing=True)")
     if loss_chunks is not None:
-        require_positive("loss_chunks", loss_chunks)
-        if recompute != "none" or precision == "bf16-autocast":
-            raise LabkitError("loss_chunks takes recompute none and precision fp32 or bf16-mixed (the chunked loss's "
-                              "prediction assumes them)")
+        if not 1 <= loss_chunks <= seq:
+            raise LabkitError(f"loss_chunks must be between 1 and seq ({seq}) (got {loss_chunks})")
+        if recompute != "none" or precision == "bf16-autocast" or cache:
+            raise LabkitError("loss_chunks takes recompute none, cache off and precision fp32 or bf16-mixed (the "
+                              "chunked loss's prediction assumes them)")
     spec = load(config, layers)
     check_limits(spec, batch, seq)
     say, close = _bar(progress)
