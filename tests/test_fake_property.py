@@ -3,30 +3,32 @@
 Each drawn case is a whole model (1-3 layers, width 64 or 128, vocabularies from 64 to 4,096, batch, sequence,
 LoRA rank, targets and recompute) trained or fine-tuned for one step under ``FakeTensorMode``
 (``labkit.measure.fake_full``, byte-identical to real tensors: ``tests/test_fake_equivalence.py``). Every
-category must equal its prediction to the byte and the whole-step peak must be within 1% of
-``labkit.predict.step_peak`` (training) or ``finetune_peak`` (LoRA). Small widths and vocabularies are where the
-in-layer moments (``labkit.predict.peak_moments``) decide the peak.
+category must equal its prediction to the byte, and the whole-step peak and the backward's and the optimizer's
+phase peaks must be within 1% of ``labkit.predict.step_peak`` (training) or ``finetune_peak`` (LoRA). Small
+widths and vocabularies are where the in-layer moments (``labkit.predict.peak_moments``) decide the peak.
 
 Domain, stated: GPT-2, Llama and Qwen2 (micro-batch 1 and 2), 1-3 layers, fp32 and bf16-mixed, no dropout, sdpa,
 at least 16 tokens a batch (below that the step's sub-kilobyte tensors, a LayerNorm's mean and rstd, the position
-ids, reach 1%); training; LoRA on GPT-2's four matrices without recompute or on its attention's with gradient
-checkpointing, and on Llama's and Qwen2's attention matrices without it. The peak model before this domain was
-widened (a one-layer GPT-2's layer input, held by ``GPT2Model.forward`` and saved by nothing, left out of the
-forward's moment; Llama's forward moment with no in-layer transients; the recomputed first layer counted without
-its first norm, though ``enable_input_require_grads`` makes its input need a gradient) fails it: hypothesis's first
-find was a 1-layer GPT-2 (width 64, 2 heads, MLP 128, vocabulary 64, LoRA r=1 on qkv, fp32, batch 1, 16 tokens),
-predicted 256,584 B against 260,936 B measured (-1.67%; now 260,680 B, -0.10%); by hand, a 1-layer GPT-2 with
-recompute was 2.4% low, a Llama's forward-phase peak 2.5-4.5% low without recompute and 10-17% with it, a
-GPT-2 with a down adapter's backward 1-2% high.
+ids, reach 1%); training; LoRA on GPT-2's four matrices without recompute (a 1-layer model's with an attention
+matrix among them) or on its attention's with gradient checkpointing, and on Llama's and Qwen2's attention
+matrices without it. The peak model before this domain was widened (a one-layer GPT-2's layer input, held by
+``GPT2Model.forward`` and saved by nothing, left out of the forward's moment; Llama's forward moment with no
+in-layer transients; the recomputed first layer counted without its first norm, though
+``enable_input_require_grads`` makes its input need a gradient) fails it: hypothesis's first find was a 1-layer
+GPT-2 (width 64, 2 heads, MLP 128, vocabulary 64, LoRA r=1 on qkv, fp32, batch 1, 16 tokens), predicted
+256,584 B against 260,936 B measured (-1.67%; now 260,680 B, -0.10%); by hand, a 1-layer GPT-2 with recompute was
+2.4% low, a Llama's forward-phase peak 2.5-4.5% low without recompute and 10-17% with it, a GPT-2 with a down
+adapter's backward 1-2% high, and full training's backward phase 7.7-8% low on one layer (the backward's end:
+a tied embedding's two gradients before their sum; Llama's first RMSNorm backward).
 
-Not yet claimed (measured on 50-70 drawn cases each, ``finetune_peak``'s moments as they stand): QLoRA (without
-recompute within 1% in half the cases, up to +4.9%: GPT-2's forward moment while a weight is decoded; with it up
-to +10% for GPT-2 and -8.6% for Llama/Qwen2), recompute for Llama and Qwen2 (-6.8% to +0.6%: the recomputed
-layer's attention), MLP targets of Llama and Qwen2 (up to +2.4%; ``up`` alone also misses the activations
-category, ``labkit.predict.finetune``), MLP targets under recompute (-2.5% to +4.3%). The by-phase peaks are not
-asserted: inside this domain the forward phase, where it is not the peak, is still up to 2.5% low (the moment at
-the output layer, before the loss's log-probabilities exist), the backward and optimizer phases within 1%. Cost:
-200 examples, about 0.4-0.5 s each, 75-110 s on 2 shared cores.
+Not yet claimed (measured on 50-70 drawn cases each, the moments as they stand): QLoRA (without recompute
+GPT-2 up to +4.9%, Llama/Qwen2 -2.0% to 0; with recompute -8.6% to +15%), recompute for Llama and Qwen2 (-6.8%
+to +3.1%: the recomputed layer's attention), MLP targets of Llama and Qwen2 (up to +4.7%; ``up`` alone also
+misses the activations category, ``labkit.predict.finetune``), MLP targets under recompute (-2.5% to +3.1%), a
+1-layer GPT-2 with MLP adapters only (``up`` -1.8%, ``down`` -7.3%: nothing before them needs a gradient, so the
+residual and gelu_new's chain are temporaries). The forward phase's peak is not asserted: inside this domain,
+where it is not the step's peak, it is still up to 2.4% low (the moment at the output layer, or Llama's at its
+final norm), more under recompute. Cost: 200 examples, about 0.45 s each, 75-110 s on 2 shared cores.
 """
 
 from __future__ import annotations
@@ -59,15 +61,20 @@ def cases(draw):
         checkpointing = family == "gpt2" and draw(st.booleans())
         allowed = ATTENTION[family] + (["up", "down"] if family == "gpt2" and not checkpointing else [])
         targets = tuple(draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=len(allowed), unique=True)))
+        if kw["layers"] == 1 and not set(targets) & set(ATTENTION[family]):
+            targets = (ATTENTION[family][0], *targets)  # a 1-layer model's MLP-only adapters are not claimed
         ft = Finetune("lora", draw(st.sampled_from([1, 4, 8])), targets, checkpointing=checkpointing)
     return small_spec(family, **kw), batch, seq, precision, ft
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
-def test_every_category_to_the_byte_and_the_peak_within_one_percent(case):
+def test_every_category_to_the_byte_and_the_peaks_within_one_percent(case):
     spec, batch, seq, precision, ft = case
     r = measure_full(spec, batch, seq, precision, dropout=0.0, finetune=ft, progress=lambda s: None)
     for name, (measured, predicted) in r.categories.items():
         assert measured == predicted, name
     assert r.peak["predicted"] == pytest.approx(r.peak["measured"], rel=0.01)
+    by = r.peak["by_phase"]
+    for phase in ("backward", "optimizer"):
+        assert by["predicted"][phase] == pytest.approx(by["measured"][phase], rel=0.01), phase

@@ -15,7 +15,10 @@ A step is held to three moments (the measured side is ``labkit.measure.peak.whol
   down projection's input gradient among them, its own saved input freed by then) and
   at the first layer (every layer's gradient but one layer's activations) are checked too, and, for
   transformers' Python RMSNorm, the final norm's backward (every activation but the loss's, the output
-  layer's gradient and the norm's fp32 transients: ``rmsnorm_backward_transients``);
+  layer's gradient and the norm's fp32 transients: ``rmsnorm_backward_transients``) and the first layer's
+  (every gradient but the embedding's); and backward's end, every gradient made and, with a tied embedding,
+  the output layer's and the embedding's gradients of it beside their sum (measured on whole fake steps,
+  ``tests/test_fake_property.py``: one-layer models' backward phase was 7.7-8% low without them);
 * **the optimizer step**: model states, every gradient, and the temporaries of the AdamW in use,
   read off ``torch/optim/adam.py``: the lab's ``MasterWeightAdamW`` first makes an fp32 copy of
   every 16-bit gradient (4 bytes per parameter); the single-tensor AdamW (``foreach=False``, the
@@ -81,6 +84,7 @@ class StepShape:
     shifted_labels: bool = True  # transformers pads the labels by one to shift them (the tiny GPT does not)
     mlp_grads: int = 1  # b*s*f gradients alive at once in the MLP's backward: 2 for SwiGLU and gelu_new, else 1
     rmsnorm: bool = False  # transformers' Python RMSNorm: its final norm's backward is a moment of its own
+    tied: bool = False  # the output layer shares the token embedding: two gradients of it meet at the end
 
     def __post_init__(self) -> None:
         require_choice("precision", self.precision, PRECISIONS)
@@ -95,7 +99,8 @@ class StepShape:
         """A model's step from its shape and predicted activations; ``kw`` sets the other fields."""
         return cls(parameter_tensors(shape), per_layer, shape.layers, outside, head_outside, batch, seq, shape.hidden,
                    shape.ffn_size, shape.vocab, head_params=shape.vocab * shape.hidden,
-                   layer_params=shape.params_per_layer, **({"rmsnorm": shape.norm == "rmsnorm"} | kw))
+                   layer_params=shape.params_per_layer,
+                   **({"rmsnorm": shape.norm == "rmsnorm", "tied": bool(getattr(shape, "tied", False))} | kw))
 
     @property
     def params(self) -> int:
@@ -210,6 +215,28 @@ def _backward_at_final_norm(s: StepShape, states: list[PeakTerm]) -> tuple[PeakT
             rmsnorm_backward_transients(s.batch * s.seq * s.hidden, s.act_bytes))
 
 
+def _backward_at_embedding(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
+    """Backward's end: every gradient made, and, with a tied output layer, the embedding's own gradient and the
+    output layer's, before ``AccumulateGrad`` sums them into the shared ``.grad`` (measured on fake steps)."""
+    w = s.weight_bytes
+    return (*states, PeakTerm("gradients", w * s.params, "every parameter's gradient"),
+            PeakTerm("tied gradients", 2 * w * s.head_params if s.tied else 0,
+                     "the output layer's and the embedding's gradients of the shared matrix, beside their sum"))
+
+
+def _backward_at_first_norm(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
+    """The first layer's RMSNorm backward: every gradient but the embedding's and that norm's weight, the norm's
+    saved tensors (fp32: its input, normalised copy and rstd; 16-bit: the fp32 input), the flowing gradient and
+    the norm's fp32 transients (measured on fake steps)."""
+    bsh, bs = s.batch * s.seq * s.hidden, s.batch * s.seq
+    saved = 3 * 4 * bsh + 4 * bs if s.act_bytes == 4 else 4 * bsh
+    return (*states, PeakTerm("activations", saved, "the first norm's saved tensors"),
+            PeakTerm("gradients", s.weight_bytes * (s.params - s.head_params - s.hidden),
+                     "all but the token embedding's and the first norm's"),
+            PeakTerm("flowing gradient", s.act_bytes * bsh, "the gradient of the layer's input"),
+            rmsnorm_backward_transients(bsh, s.act_bytes))
+
+
 def _optimizer(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
     n = s.params
     out = [*states, PeakTerm("gradients", s.weight_bytes * n, "every parameter's gradient")]
@@ -225,7 +252,8 @@ def step_peak(s: StepShape, reserve_share: float = 0.0) -> StepPeak:
     """The whole step's peak, by phase and term; ``reserve_share`` of the peak is the allocator's margin."""
     states = _states(s)
     moments = [_backward_at_loss(s, states), _backward_in_layers(s, states, s.layers - 1),
-               _backward_in_layers(s, states, 0), *([_backward_at_final_norm(s, states)] if s.rmsnorm else [])]
+               _backward_in_layers(s, states, 0), *([_backward_at_final_norm(s, states)] if s.rmsnorm else []),
+               _backward_at_embedding(s, states), *([_backward_at_first_norm(s, states)] if s.rmsnorm else [])]
     backward = max(moments, key=lambda terms: sum(t.bytes for t in terms))
     phases = {"forward": _forward(s, states), "backward": backward, "optimizer": _optimizer(s, states)}
     peak = max(sum(t.bytes for t in terms) for terms in phases.values())
