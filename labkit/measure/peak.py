@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -123,7 +124,8 @@ class LiveBytes(TorchDispatchMode):
         if not torch.is_tensor(t) or t.device != self.device or t.is_meta:
             return
         st = t.untyped_storage()
-        key = _storage_key(t) if st.data_ptr() else id(st)
+        # a fake storage has no address (and asking warns): under fake_step.fake_keys the key is its identity
+        key = _storage_key(t) if is_fake(t) or st.data_ptr() else id(st)
         if key in self._ignore:
             return
         if key in self._refs and self._refs[key]() is st:
