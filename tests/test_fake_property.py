@@ -7,7 +7,8 @@ category must equal its prediction to the byte, and the whole-step peak and the 
 phase peaks must be within 1% of ``labkit.predict.step_peak`` (training) or ``finetune_peak`` (LoRA). Small
 widths and vocabularies are where the in-layer moments (``labkit.predict.peak_moments``) decide the peak.
 
-Domain, stated: GPT-2, Llama and Qwen2 (micro-batch 1 and 2), 1-3 layers, fp32 and bf16-mixed, no dropout, sdpa,
+Domain, stated: GPT-2, Llama and Qwen2 (micro-batch 1 and 2), 1-3 layers, an MLP at least twice the width (every
+shipped model's is 2.7-4x), fp32 and bf16-mixed, no dropout, sdpa,
 at least 16 tokens a batch (below that the step's sub-kilobyte tensors, a LayerNorm's mean and rstd, the position
 ids, reach 1%); training; LoRA on GPT-2's four matrices without recompute (a 1-layer model's with an attention
 matrix among them) or on its attention's with gradient checkpointing, and on Llama's and Qwen2's attention
@@ -26,7 +27,10 @@ GPT-2 up to +4.9%, Llama/Qwen2 -2.0% to 0; with recompute -8.6% to +15%), recomp
 to +3.1%: the recomputed layer's attention), MLP targets of Llama and Qwen2 (up to +4.7%; ``up`` alone also
 misses the activations category, ``labkit.predict.finetune``), MLP targets under recompute (-2.5% to +3.1%), a
 1-layer GPT-2 with MLP adapters only (``up`` -1.8%, ``down`` -7.3%: nothing before them needs a gradient, so the
-residual and gelu_new's chain are temporaries). The forward phase's peak is not asserted: inside this domain,
+residual and gelu_new's chain are temporaries), an MLP narrower than 2h (at f = h the QKV projection's backward,
+its 3h-wide weight gradient beside the split's gradient, outgrows the MLP's moment, which is the one modelled: a
+1-layer GPT-2, h = f = 128, vocabulary 64, fp32, batch 1, 64 tokens, has its backward phase predicted 2,019,392 B
+against 2,056,776 B measured, -1.8%). The forward phase's peak is not asserted: inside this domain,
 where it is not the step's peak, it is still up to 2.4% low (the moment at the output layer, or Llama's at its
 final norm), more under recompute. Cost: 200 examples, about 0.45 s each, 75-110 s on 2 shared cores.
 """
@@ -48,9 +52,10 @@ ATTENTION = {"gpt2": ["qkv", "o"], "llama": ["q", "k", "v", "o"], "qwen2": ["q",
 def cases(draw):
     family = draw(st.sampled_from(["gpt2", "llama", "qwen2"]))
     heads = draw(st.sampled_from([2, 4]))
-    kw = {"layers": draw(st.integers(1, 3)), "hidden": draw(st.sampled_from([64, 128])), "heads": heads,
-          "ffn": draw(st.sampled_from([128, 256, 320])), "vocab": draw(st.sampled_from([64, 96, 256, 1024, 4096])),
-          "positions": 64}
+    hidden = draw(st.sampled_from([64, 128]))
+    ffn = draw(st.sampled_from([f for f in (128, 256, 320) if f >= 2 * hidden]))  # not claimed below 2h
+    kw = {"layers": draw(st.integers(1, 3)), "hidden": hidden, "heads": heads, "ffn": ffn,
+          "vocab": draw(st.sampled_from([64, 96, 256, 1024, 4096])), "positions": 64}
     if family != "gpt2":
         kw["kv_heads"] = draw(st.sampled_from([1, 2, heads]))
     batch, seq = draw(st.integers(1, 2)), draw(st.sampled_from([16, 32, 64]))

@@ -113,10 +113,11 @@ for store in ("dram", "disk"):
 plain = Trainer(config)
 plain_loss = plain.step()
 assert all(parameters_equal(plain.model, r[1].model) for r in results.values())
-differ = "the parameters differ from the plain run's"
-print(checks.reveal_claims({"the step fits": predicted_fits, differ: predicted_differ},
+print(checks.reveal_claims({"the step fits": predicted_fits,
+                            "the parameters differ from the plain run's": predicted_differ},
                            {"the step fits": all(r[0].peak <= capacity for r in results.values()),
-                            differ: not all(parameters_equal(plain.model, r[1].model) for r in results.values())},
+                            "the parameters differ from the plain run's":
+                                not all(parameters_equal(plain.model, r[1].model) for r in results.values())},
                            key="04.predict.fits_and_changes"))
 
 # %%
