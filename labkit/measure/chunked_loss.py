@@ -10,7 +10,9 @@ hidden states are split into ``chunks`` pieces along the sequence, and each piec
 cross-entropy run inside ``torch.utils.checkpoint`` (non-reentrant), so nothing of a chunk's logits is kept:
 in backward each chunk is recomputed and differentiated alone. The checkpoint saves the chunk's inputs
 (views of the hidden states and of the padded labels, storages kept anyway). Labels are shifted as
-transformers shifts them (padded by one with -100, ignored), and the loss is the mean over real targets.
+transformers shifts them (padded by one with -100, ignored), and the loss is the mean over the b*(s-1) shifted
+targets: every label of the batch is taken as real (padding labelled -100 inside the batch would be under-weighted),
+because counting them needs their values, which a fake tensor does not have.
 """
 
 from __future__ import annotations
