@@ -29,9 +29,9 @@ from labkit.predict.step_peak import (
     PeakTerm,
     StepPeak,
     StepShape,
-    _backward_in_layers,
-    _states,
+    backward_in_layers,
     rmsnorm_backward_transients,
+    state_terms,
     step_peak,
 )
 
@@ -49,7 +49,7 @@ def chunked_outside(outside: float, loss_term: float, batch: int, seq: int) -> f
 
 def chunked_loss_peak(s: StepShape, chunks: int) -> StepPeak:
     """The step's peak with the chunked loss; ``s.outside`` already ``chunked_outside``'s."""
-    c, states = chunk_len(s.seq, chunks), _states(s)
+    c, states = chunk_len(s.seq, chunks), state_terms(s)
     bcv = s.batch * c * s.vocab
     acts = PeakTerm("activations", s.activations, "every tensor saved for backward")
     forward = (*states, acts, PeakTerm("chunk logits", 8 * bcv, "one chunk's fp32 logits and log-softmax"))
@@ -62,7 +62,7 @@ def chunked_loss_peak(s: StepShape, chunks: int) -> StepPeak:
     adding = (*states, acts, head, flow, PeakTerm("chunk weight gradient", 2 * s.weight_bytes * s.head_params,
               "a later chunk's output-layer weight gradient and its transpose, before they join the accumulated one"))
     moments = [first, *([last, adding] if n > 1 else []),
-               *(_backward_in_layers(s, states, at) for at in (s.layers - 1, 0))]
+               *(backward_in_layers(s, states, at) for at in (s.layers - 1, 0))]
     if s.rmsnorm:
         moments.append((*states, PeakTerm("activations", s.activations - 8 * s.batch * (s.seq + 1), "all but the "
                                           "padded labels"), head,

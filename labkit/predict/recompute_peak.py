@@ -14,7 +14,7 @@ every layer; the Llama family passes its mask by keyword, and sdpa needs none. E
 
 The peak keeps ``labkit.predict.step_peak``'s moments with these activations, and its in-layer backward
 moments hold one layer's activations more: the layer being rebuilt, whose saved tensors are alive when its
-MLP's backward starts (``step_peak._backward_in_layers`` is the shared moment, not written twice here). In a
+MLP's backward starts (``step_peak.backward_in_layers`` is the shared moment, not written twice here). In a
 gated model the forward has a moment of its own inside the last layer's MLP, where nothing is saved but the
 transients are alive (within a kilobyte on Llama-2-7B's widths); GPT-2's forward moment in a layer is not
 modelled (its gelu_new chain), nor the attention core's backward under eager or math attention, whose
@@ -36,8 +36,8 @@ from labkit.predict.step_peak import (
     PeakTerm,
     StepPeak,
     StepShape,
-    _backward_in_layers,
-    _states,
+    backward_in_layers,
+    state_terms,
     step_peak,
 )
 
@@ -71,9 +71,9 @@ def recompute_peak(s: StepShape, rebuilt: float, reserve_share: float = 0.0,
     holding ``rebuilt`` bytes more: one layer's activations, recomputed (what that layer saves without recompute);
     ``rotary`` (bytes of the cos/sin tables, gated models): the last layer's forward at its MLP is a moment too."""
     base = step_peak(s, reserve_share)
-    states = _states(s)
+    states = state_terms(s)
     extra = PeakTerm("recomputed layer", rebuilt, "the activations one layer rebuilds in backward")
-    moments = [base.phases["backward"], *((*_backward_in_layers(s, states, at), extra) for at in (s.layers - 1, 0))]
+    moments = [base.phases["backward"], *((*backward_in_layers(s, states, at), extra) for at in (s.layers - 1, 0))]
     backward = max(moments, key=lambda ts: sum(t.bytes for t in ts))
     forward = base.phases["forward"]
     if rotary is not None:

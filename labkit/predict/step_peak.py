@@ -161,7 +161,9 @@ def adamw_temporaries(tensors: tuple[int, ...], optimizer: str, state_bytes: int
     return float(state_bytes * max(2 * n + p for n, p in zip(tensors, prev, strict=True)))
 
 
-def _states(s: StepShape) -> list[PeakTerm]:
+def state_terms(s: StepShape) -> list[PeakTerm]:
+    """What every moment of the step holds: the parameters, AdamW's states and their step counters (public: the
+    recompute and chunked-loss peaks, ``recompute_peak`` and ``loss_chunks``, build their moments on it)."""
     n, w = s.params, s.weight_bytes
     out = [PeakTerm("parameters", w * n, f"{w} bytes per parameter"),
            PeakTerm("optimizer states", MOMENTS * n, "AdamW's fp32 momentum and variance")]
@@ -195,7 +197,7 @@ def _backward_at_loss(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, .
             PeakTerm("logits' fp32 gradient", 4 * bsv, "_log_softmax_backward_data's output"))
 
 
-def _backward_in_layers(s: StepShape, states: list[PeakTerm], at: int) -> tuple[PeakTerm, ...]:
+def backward_in_layers(s: StepShape, states: list[PeakTerm], at: int) -> tuple[PeakTerm, ...]:
     """The moment layer ``at`` starts its MLP's backward: layers above it done, layers below still saved."""
     w, e, bs = s.weight_bytes, s.act_bytes, s.batch * s.seq
     below = s.per_layer * (at + 1) + s.outside - s.head_outside
@@ -250,9 +252,9 @@ def _optimizer(s: StepShape, states: list[PeakTerm]) -> tuple[PeakTerm, ...]:
 
 def step_peak(s: StepShape, reserve_share: float = 0.0) -> StepPeak:
     """The whole step's peak, by phase and term; ``reserve_share`` of the peak is the allocator's margin."""
-    states = _states(s)
-    moments = [_backward_at_loss(s, states), _backward_in_layers(s, states, s.layers - 1),
-               _backward_in_layers(s, states, 0), *([_backward_at_final_norm(s, states)] if s.rmsnorm else []),
+    states = state_terms(s)
+    moments = [_backward_at_loss(s, states), backward_in_layers(s, states, s.layers - 1),
+               backward_in_layers(s, states, 0), *([_backward_at_final_norm(s, states)] if s.rmsnorm else []),
                _backward_at_embedding(s, states), *([_backward_at_first_norm(s, states)] if s.rmsnorm else [])]
     backward = max(moments, key=lambda terms: sum(t.bytes for t in terms))
     phases = {"forward": _forward(s, states), "backward": backward, "optimizer": _optimizer(s, states)}
